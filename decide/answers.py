@@ -1,0 +1,99 @@
+"""Answers and the statistics of a distribution (contract §3): confidence and score."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .request import Option, Question
+
+
+def softmax(log_likelihoods: Sequence[float]) -> np.ndarray:
+    x = np.asarray(log_likelihoods, dtype=np.float64)
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def mode(p: Sequence[float]) -> int:
+    """Index of the largest probability, first on ties."""
+    return int(np.argmax(np.asarray(p)))
+
+
+def choice_confidence(p: Sequence[float]) -> float:
+    n = len(p)
+    if n == 1:
+        return 1.0
+    return float(min(1.0, max(0.0, (n * max(p) - 1.0) / (n - 1))))
+
+
+def uniform_spread(n: int) -> float:
+    """Expected distance from the centre under a uniform distribution over n levels."""
+    return sum(abs(i - (n - 1) / 2) for i in range(n)) / n
+
+
+def score_confidence(p: Sequence[float]) -> float:
+    n = len(p)
+    if n == 1:
+        return 1.0
+    m = mode(p)
+    spread = sum(pi * abs(i - m) for i, pi in enumerate(p))
+    return float(min(1.0, max(0.0, 1.0 - spread / uniform_spread(n))))
+
+
+def expected_score(p: Sequence[float]) -> float:
+    return float(sum(i * pi for i, pi in enumerate(p)))
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A question's answer: the distribution over its options and what follows from it."""
+
+    question: Question
+    probabilities: tuple[float, ...]
+    log_likelihoods: tuple[float, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.question.kind
+
+    @property
+    def best(self) -> Option:
+        return self.question.options[mode(self.probabilities)]
+
+    @property
+    def probability(self) -> float:
+        """P(true) for a predicate; the top probability otherwise."""
+        if self.kind == "predicate":
+            return self.probabilities[1]
+        return max(self.probabilities)
+
+    @property
+    def confidence(self) -> float | None:
+        if self.kind == "choice":
+            return choice_confidence(self.probabilities)
+        if self.kind == "score":
+            return score_confidence(self.probabilities)
+        return None
+
+    @property
+    def score(self) -> float | None:
+        return expected_score(self.probabilities) if self.kind == "score" else None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts of one request (contract §6.10), plus what the model really computed."""
+
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    computed_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    model: str
+    answers: tuple[Answer, ...]
+    usage: Usage

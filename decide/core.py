@@ -1,0 +1,171 @@
+"""The Python face of decide: load a model once, then decide requests.
+
+    >>> from decide.core import Decider, Question
+    >>> decider = Decider.load("smollm2-135m")
+    >>> decision = decider.decide("I was charged twice, please refund me.", [
+    ...     Question.predicate("Is this a refund request?"),
+    ...     Question.choice("Which team should take it?", ["billing", "technical", "sales"]),
+    ... ])
+    >>> decision.answers[1].best.value
+    'billing'
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from .answers import Answer, Decision, Usage, softmax
+from .errors import ContextLengthExceeded, InvalidRequest, UnsupportedInput
+from .prompts import PromptBuilder, TokenizedQuestion
+from .request import DecisionRequest, Option, Part, Question, Text
+from .scoring import ScoreResult
+from .scoring.model_parts import split_model
+from .scoring.prompt_once import score_prompt_once
+from .scoring.reference import score_reference
+
+__all__ = ["Decider", "DecisionRequest", "Question", "Option", "Text", "Decision", "Answer", "Usage", "ScorerName"]
+
+log = logging.getLogger("decide")
+
+ScorerName = Literal["reference", "prompt_once", "trie"]
+
+
+@dataclass(frozen=True)
+class DeciderOptions:
+    scorer: ScorerName = "prompt_once"
+
+
+class Decider:
+    """One loaded model and the machinery that scores requests with it. Thread-safe."""
+
+    def __init__(self, loaded, options: DeciderOptions | None = None) -> None:
+        self.loaded = loaded
+        self.options = options or DeciderOptions()
+        self.prompts = PromptBuilder(loaded.tokenizer, stop_markers(loaded.tokenizer))
+        self.parts = split_model(loaded.model)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def load(cls, model: str | None = None, options: DeciderOptions | None = None, **load_kwargs) -> Decider:
+        """Load `model` (alias, folder, .gguf path or HF id; default: env DECIDE_MODEL, then the embedded 1.5B)."""
+        from .models import load_model
+
+        return cls(load_model(model, **load_kwargs), options)
+
+    @property
+    def model_id(self) -> str:
+        return self.loaded.model_id
+
+    @property
+    def supports_images(self) -> bool:
+        return bool(getattr(self.loaded, "supports_images", False))
+
+    @property
+    def info(self) -> dict:
+        m = self.loaded
+        return {
+            "model": m.model_id,
+            "device": m.device,
+            "dtype": m.dtype,
+            "blas": m.blas,
+            "context_length": m.context_length,
+            "scorer": self.options.scorer,
+        }
+
+    def decide(
+        self, request: DecisionRequest | str | Sequence[Part], questions: Iterable[Question] | None = None
+    ) -> Decision:
+        """Answer every question of `request` (or of `input` + `questions`)."""
+        if not isinstance(request, DecisionRequest):
+            if questions is None:
+                raise InvalidRequest("questions are required when the first argument is the input", ("questions",))
+            request = DecisionRequest.of(request, questions)
+        self._check_images(request)
+        tokenized = self.prompts.tokenize(request)
+        self._check_context(tokenized)
+        with self._lock:
+            result = self._score(tokenized)
+        return self._decision(request, tokenized, result)
+
+    def decide_openai(self, body: dict) -> dict:
+        """An OpenAI Decisions request body in, its response body out."""
+        from .wire import openai
+
+        parsed = openai.parse(body)
+        return openai.render(self.decide(parsed.request), parsed)
+
+    def decide_systemone(self, body: dict) -> dict:
+        """A TypeSafe System One request body in, its response body out."""
+        from .wire import systemone
+
+        parsed = systemone.parse(body)
+        return systemone.render(self.decide(parsed.request), parsed)
+
+    def _check_images(self, request: DecisionRequest) -> None:
+        images = request.images
+        if images and not self.supports_images:
+            path, _ = images[0]
+            raise UnsupportedInput(
+                f"model {self.model_id} reads text only and cannot take images; remove them or serve a vision model",
+                path,
+            )
+
+    def _check_context(self, tokenized: list[TokenizedQuestion]) -> None:
+        limit = self.loaded.context_length
+        for i, q in enumerate(tokenized):
+            longest = len(q.prompt) + max(len(c) for c in q.candidates) - 1
+            if longest > limit:
+                raise ContextLengthExceeded(
+                    f"question {i} needs {longest} tokens (prompt + longest answer) but the model's context is {limit}",
+                    question_index=i,
+                )
+
+    def _score(self, tokenized: list[TokenizedQuestion]) -> ScoreResult:
+        # One-option questions are certain: they never reach the model.
+        todo = [i for i, q in enumerate(tokenized) if len(q.candidates) > 1]
+        scorer = self.options.scorer
+        sub = [tokenized[i] for i in todo]
+        if scorer == "reference":
+            partial = score_reference(self.loaded.model, sub)
+        elif scorer == "prompt_once":
+            partial = score_prompt_once(self.parts, self.loaded.model, sub)
+        else:
+            raise InvalidRequest(f"unknown scorer {scorer!r}", ("scorer",))
+        full = ScoreResult(
+            log_likelihoods=[_zeros(len(q.candidates)) for q in tokenized],
+            computed_tokens=partial.computed_tokens,
+            cached_tokens=partial.cached_tokens,
+            cache_write_tokens=partial.cache_write_tokens,
+        )
+        for i, lls in zip(todo, partial.log_likelihoods):
+            full.log_likelihoods[i] = lls
+        return full
+
+    def _decision(self, request: DecisionRequest, tokenized: list[TokenizedQuestion], result: ScoreResult) -> Decision:
+        answers = tuple(
+            Answer(q, tuple(float(p) for p in softmax(lls)), tuple(float(x) for x in lls))
+            for q, lls in zip(request.questions, result.log_likelihoods)
+        )
+        usage = Usage(
+            input_tokens=sum(len(q.prompt) + sum(len(c) for c in q.candidates) for q in tokenized),
+            cached_tokens=result.cached_tokens,
+            cache_write_tokens=result.cache_write_tokens,
+            computed_tokens=result.computed_tokens,
+        )
+        return Decision(model=self.model_id, answers=answers, usage=usage)
+
+
+def _zeros(n: int):
+    import numpy as np
+
+    return np.zeros(n, dtype=np.float64)
+
+
+def stop_markers(tokenizer) -> list[str]:
+    """Strings that end an assistant turn: the EOS token and the tokenizer's special tokens."""
+    specials = list(getattr(tokenizer, "special_tokens", []) or [])
+    return [tokenizer.eos_token, *[s for s in specials if s != tokenizer.eos_token]]

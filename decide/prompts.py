@@ -1,0 +1,100 @@
+"""What is scored (design.md §2): the prompt of a question and its candidate continuations.
+
+A question's prompt is one user turn — the input, a blank line, the question block —
+rendered with the model's chat template (generation prompt on, thinking off). Candidate k
+is JSON(option k) followed by the template's end-of-turn text, tokenized in one piece so
+that merges at the join are the ones the model would produce.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Protocol
+
+from .errors import UnsupportedInput
+from .request import DecisionRequest, Image, Part, Question, Text
+
+_MARKER = "\u2063decide-ending-marker\u2063"
+
+
+class ChatTokenizer(Protocol):
+    eos_token: str
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str: ...
+
+
+def json_value(value: str | bool) -> str:
+    """Compact JSON as JavaScript's JSON.stringify writes it."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def question_block(q: Question) -> str:
+    header = "Allowed answers (ordered from lowest to highest):" if q.kind == "score" else "Allowed answers:"
+    lines = ["Evaluate the preceding input.", f"Question: {q.instructions}", header]
+    for o in q.options:
+        lines.append(f"{json_value(o.value)} \u2014 {o.description}" if o.description else json_value(o.value))
+    lines.append("Answer with exactly one of the JSON values above. Do not explain.")
+    return "\n".join(lines)
+
+
+def user_turn(input: tuple[Part, ...], q: Question) -> str:
+    """The user turn's text. Only text models are served: an image here is a caller error."""
+    parts = (*input, Text("\n\n" + question_block(q)), *q.attachments)
+    if any(isinstance(p, Image) for p in parts):
+        raise UnsupportedInput("this model reads text only; remove the images from the request")
+    return "".join(p.text for p in parts)  # type: ignore[union-attr]
+
+
+def render_prompt(tokenizer: ChatTokenizer, input: tuple[Part, ...], q: Question) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": user_turn(input, q)}], add_generation_prompt=True)
+
+
+def turn_ending(tokenizer: ChatTokenizer, stop_markers: list[str]) -> str:
+    """The text a template puts after an assistant message, through its first stop marker.
+
+    A dummy user turn follows the assistant turn so that templates which close a turn with
+    the next role marker (GLM style) also show their stop. Falls back to the EOS token.
+    """
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": _MARKER},
+        {"role": "user", "content": "Hi"},
+    ]
+    try:
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=False)
+    except Exception:  # templates may reject this layout; the EOS fallback is what they would emit
+        return tokenizer.eos_token
+    after = rendered.split(_MARKER, 1)[1] if _MARKER in rendered else ""
+    hits = [(after.find(m), m) for m in stop_markers if m and m in after]
+    if not hits:
+        return tokenizer.eos_token
+    at, marker = min(hits, key=lambda h: (h[0], -len(h[1])))
+    return after[: at + len(marker)]
+
+
+@dataclass(frozen=True)
+class TokenizedQuestion:
+    prompt: tuple[int, ...]
+    candidates: tuple[tuple[int, ...], ...]
+
+
+class PromptBuilder:
+    """Turns requests into token sequences for one model's tokenizer and template."""
+
+    def __init__(self, tokenizer: ChatTokenizer, stop_markers: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.ending = turn_ending(tokenizer, stop_markers)
+
+    def candidate_texts(self, q: Question) -> list[str]:
+        return [json_value(o.value) + self.ending for o in q.options]
+
+    def tokenize(self, request: DecisionRequest) -> list[TokenizedQuestion]:
+        out = []
+        for q in request.questions:
+            prompt = self.tokenizer.encode(render_prompt(self.tokenizer, request.input, q))
+            candidates = tuple(tuple(self.tokenizer.encode(t)) for t in self.candidate_texts(q))
+            out.append(TokenizedQuestion(tuple(prompt), candidates))
+        return out

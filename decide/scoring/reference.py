@@ -1,0 +1,30 @@
+"""The oracle: every candidate runs as its own full sequence through the unmodified model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..prompts import TokenizedQuestion
+from ..runtime import mx
+from . import ScoreResult
+from .model_parts import log_softmax
+
+
+def candidate_log_likelihood(model, prompt: Sequence[int], candidate: Sequence[int]) -> float:
+    """Σ_t log p(candidate_t | prompt, candidate_<t) from one plain forward of prompt + candidate."""
+    sequence = [*prompt, *candidate]
+    logits = model(mx.array(sequence[:-1], dtype=mx.int32)[None])[0, len(prompt) - 1 :]
+    logp = log_softmax(logits)
+    picked = mx.take_along_axis(logp, mx.array(candidate, dtype=mx.int32)[:, None], axis=-1)
+    return float(np.asarray(picked, dtype=np.float64).sum())
+
+
+def score_reference(model, questions: Sequence[TokenizedQuestion]) -> ScoreResult:
+    result = ScoreResult()
+    for q in questions:
+        lls = [candidate_log_likelihood(model, q.prompt, c) for c in q.candidates]
+        result.log_likelihoods.append(np.array(lls, dtype=np.float64))
+        result.computed_tokens += sum(len(q.prompt) + len(c) - 1 for c in q.candidates)
+    return result
