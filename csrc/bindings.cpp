@@ -1,0 +1,87 @@
+// decide._native: binds the token forest of csrc/trie.hpp. Only binding code here; the GIL is released
+// around the C++ work.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <stdexcept>
+
+#include "trie.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+using Int32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+decide::Int32View view(const Int32Array& a, const char* name) {
+    if (a.ndim() != 1) throw std::invalid_argument(std::string(name) + " must be one-dimensional");
+    return {a.data(), static_cast<size_t>(a.size())};
+}
+
+// A numpy view of a vector owned by `owner` (the bound Forest): no copy, and the array keeps the Forest alive.
+template <typename T>
+py::array_t<T> owned(const py::object& owner, const std::vector<T>& v) {
+    return py::array_t<T>({static_cast<py::ssize_t>(v.size())}, {static_cast<py::ssize_t>(sizeof(T))}, v.data(),
+                          owner);
+}
+
+template <typename T>
+auto array_field(std::vector<T> decide::Forest::*field) {
+    return [field](const py::object& self) { return owned(self, self.cast<const decide::Forest&>().*field); };
+}
+
+decide::Forest build_forest(const Int32Array& prompt_tokens, const Int32Array& prompt_offsets,
+                            const Int32Array& cand_tokens, const Int32Array& cand_offsets,
+                            const Int32Array& question_cand_offsets, int64_t prefix_len) {
+    decide::ForestInput in;
+    in.prompts = {view(prompt_tokens, "prompt_tokens"), view(prompt_offsets, "prompt_offsets")};
+    in.candidates = {view(cand_tokens, "cand_tokens"), view(cand_offsets, "cand_offsets")};
+    in.question_cand_offsets = view(question_cand_offsets, "question_cand_offsets");
+    in.prefix_len = prefix_len;
+    py::gil_scoped_release nogil;
+    return decide::build_forest(in);
+}
+
+py::array_t<bool> ancestor_mask(const Int32Array& parents, py::ssize_t start, std::optional<py::ssize_t> stop) {
+    const auto nodes = view(parents, "parents");
+    const py::ssize_t end = stop.value_or(static_cast<py::ssize_t>(nodes.size));
+    if (start < 0 || end < start) throw std::invalid_argument("ancestor_mask needs 0 <= start <= stop");
+    py::array_t<bool> mask({end - start, end});
+    auto* out = reinterpret_cast<uint8_t*>(mask.mutable_data());
+    {
+        py::gil_scoped_release nogil;
+        decide::ancestor_mask(nodes, static_cast<size_t>(start), static_cast<size_t>(end), out);
+    }
+    return mask;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "Native core of decide: the token forest (trie) of a request. Use decide.scoring.forest.";
+    m.attr("__version__") = DECIDE_VERSION;
+
+    py::class_<decide::Forest>(m, "Forest", "A packed token forest; arrays are read-only views owned by it.")
+        .def_readonly("prefix_len", &decide::Forest::prefix_len)
+        .def_property_readonly("tokens", array_field(&decide::Forest::tokens))
+        .def_property_readonly("parents", array_field(&decide::Forest::parents))
+        .def_property_readonly("positions", array_field(&decide::Forest::positions))
+        .def_property_readonly("rows", array_field(&decide::Forest::rows))
+        .def_property_readonly("row_needs_lse", array_field(&decide::Forest::row_needs_lse))
+        .def_property_readonly("pair_rows", array_field(&decide::Forest::pair_rows))
+        .def_property_readonly("pair_tokens", array_field(&decide::Forest::pair_tokens))
+        .def_property_readonly("cand_pair_offsets", array_field(&decide::Forest::cand_pair_offsets))
+        .def_property_readonly("prompt_last_nodes", array_field(&decide::Forest::prompt_last_nodes))
+        .def_property_readonly("num_nodes", &decide::Forest::num_nodes)
+        .def_readonly("prompt_nodes", &decide::Forest::prompt_nodes)
+        .def_property_readonly("candidate_nodes", &decide::Forest::candidate_nodes);
+
+    m.def("build_forest", &build_forest, py::arg("prompt_tokens"), py::arg("prompt_offsets"), py::arg("cand_tokens"),
+          py::arg("cand_offsets"), py::arg("question_cand_offsets"), py::arg("prefix_len") = 0,
+          "Build the token forest of Q prompts and their candidates (CSR int32 arrays). Raises ValueError on "
+          "malformed input (empty candidate, prefix_len too large, prompts not sharing the prefix, ...).");
+    m.def("ancestor_mask", &ancestor_mask, py::arg("parents"), py::arg("start") = 0, py::arg("stop") = py::none(),
+          "bool[stop - start, stop]: mask[i - start, j] = node j is an ancestor-or-self of node i.");
+}

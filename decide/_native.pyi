@@ -1,0 +1,49 @@
+"""Native core of decide: the token forest of a request (csrc/trie.cpp). Use decide.scoring.forest."""
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class Forest:
+    """A packed token forest; array attributes are views owned by the Forest."""
+
+    @property
+    def prefix_len(self) -> int: ...
+    @property
+    def tokens(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def parents(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def positions(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def rows(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def row_needs_lse(self) -> npt.NDArray[np.uint8]: ...
+    @property
+    def pair_rows(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def pair_tokens(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def cand_pair_offsets(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def prompt_last_nodes(self) -> npt.NDArray[np.int32]: ...
+    @property
+    def num_nodes(self) -> int: ...
+    @property
+    def prompt_nodes(self) -> int: ...
+    @property
+    def candidate_nodes(self) -> int: ...
+
+def build_forest(
+    prompt_tokens: npt.ArrayLike,
+    prompt_offsets: npt.ArrayLike,
+    cand_tokens: npt.ArrayLike,
+    cand_offsets: npt.ArrayLike,
+    question_cand_offsets: npt.ArrayLike,
+    prefix_len: int = 0,
+) -> Forest:
+    """Build the forest of Q prompts and their candidates (CSR int32 arrays); ValueError on malformed input."""
+
+def ancestor_mask(parents: npt.ArrayLike, start: int = 0, stop: int | None = None) -> npt.NDArray[np.bool_]:
+    """bool[stop - start, stop]: mask[i - start, j] = node j is an ancestor-or-self of node i."""
