@@ -43,7 +43,11 @@ def systemone_body(args: argparse.Namespace) -> dict:
         }
     for spec in args.score:
         name, instructions, levels = _split_spec(spec, "--score")
-        questions[name] = {"type": "score", "instructions": instructions, "criteria": [x.strip() for x in levels.split(",")]}
+        questions[name] = {
+            "type": "score",
+            "instructions": instructions,
+            "criteria": [x.strip() for x in levels.split(",")],
+        }
     if not questions:
         raise argparse.ArgumentTypeError("ask at least one question: --noul, --choice or --score")
     return {"model": "jev-latest", "state": args.state, "questions": questions}
@@ -85,14 +89,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="decide", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="decide", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="answer questions about a text and print the probabilities")
-    run.add_argument("-m", "--model", default=None, help="alias, model folder, .gguf path or HF id (default: $DECIDE_MODEL or qwen2.5-coder-1.5b)")
+    run.add_argument(
+        "-m",
+        "--model",
+        default=None,
+        help="alias, model folder, .gguf path or HF id (default: $DECIDE_MODEL or qwen2.5-coder-1.5b)",
+    )
     run.add_argument("-s", "--state", required=True, help="the text the questions are about ('-' reads stdin)")
     run.add_argument("--noul", action="append", default=[], metavar="NAME=QUESTION", help="a yes/no question")
-    run.add_argument("--choice", action="append", default=[], metavar="NAME[:QUESTION]=A,B,C", help="a choice among options")
-    run.add_argument("--score", action="append", default=[], metavar="NAME[:QUESTION]=LOW,...,HIGH", help="a score over ordered levels")
+    run.add_argument(
+        "--choice", action="append", default=[], metavar="NAME[:QUESTION]=A,B,C", help="a choice among options"
+    )
+    run.add_argument(
+        "--score",
+        action="append",
+        default=[],
+        metavar="NAME[:QUESTION]=LOW,...,HIGH",
+        help="a score over ordered levels",
+    )
     run.add_argument("--json", action="store_true", help="print the System One response body")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
     run.set_defaults(func=cmd_run)

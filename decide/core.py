@@ -1,13 +1,13 @@
 """The Python face of decide: load a model once, then decide requests.
 
-    >>> from decide.core import Decider, Question
-    >>> decider = Decider.load("smollm2-135m")
-    >>> decision = decider.decide("I was charged twice, please refund me.", [
-    ...     Question.predicate("Is this a refund request?"),
-    ...     Question.choice("Which team should take it?", ["billing", "technical", "sales"]),
-    ... ])
-    >>> decision.answers[1].best.value
-    'billing'
+>>> from decide.core import Decider, Question
+>>> decider = Decider.load("smollm2-135m")
+>>> decision = decider.decide("I was charged twice, please refund me.", [
+...     Question.predicate("Is this a refund request?"),
+...     Question.choice("Which team should take it?", ["billing", "technical", "sales"]),
+... ])
+>>> decision.answers[1].best.value
+'billing'
 """
 
 from __future__ import annotations
@@ -15,28 +15,32 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .answers import Answer, Decision, Usage, softmax
 from .errors import ContextLengthExceeded, InvalidRequest, UnsupportedInput
 from .prompts import PromptBuilder, TokenizedQuestion
 from .request import DecisionRequest, Option, Part, Question, Text
-from .scoring import ScoreResult
+from .scoring import ScoreResult, tree_attention
 from .scoring.model_parts import split_model
 from .scoring.prompt_once import score_prompt_once
 from .scoring.reference import score_reference
+from .scoring.trie import TrieOptions, TrieScorer
 
 __all__ = ["Decider", "DecisionRequest", "Question", "Option", "Text", "Decision", "Answer", "Usage", "ScorerName"]
 
 log = logging.getLogger("decide")
 
-ScorerName = Literal["reference", "prompt_once", "trie"]
+ScorerName = Literal["auto", "reference", "prompt_once", "trie"]
 
 
 @dataclass(frozen=True)
 class DeciderOptions:
-    scorer: ScorerName = "prompt_once"
+    """How a Decider scores. `auto` is the trie engine where the model passes its self-test."""
+
+    scorer: ScorerName = "auto"
+    trie: TrieOptions = field(default_factory=TrieOptions)
 
 
 class Decider:
@@ -47,7 +51,19 @@ class Decider:
         self.options = options or DeciderOptions()
         self.prompts = PromptBuilder(loaded.tokenizer, stop_markers(loaded.tokenizer))
         self.parts = split_model(loaded.model)
+        self.trie = self._trie_scorer()
+        if self.options.scorer == "auto":
+            self.options = replace(self.options, scorer="trie" if self.trie else "prompt_once")
         self._lock = threading.Lock()
+
+    def _trie_scorer(self) -> TrieScorer | None:
+        if not tree_attention.install(self.parts.layers) or not tree_attention.self_test(self.parts, self.loaded.model):
+            tree_attention.uninstall(self.parts.layers)
+            log.warning("%s: tree-masked attention does not fit this model; using the prompt-once path", self.model_id)
+            return None
+        m = self.loaded
+        namespace = f"{m.model_id}|{m.dtype}|{m.tokenizer.chat_template}"
+        return TrieScorer(self.parts, namespace, self.options.trie)
 
     @classmethod
     def load(cls, model: str | None = None, options: DeciderOptions | None = None, **load_kwargs) -> Decider:
@@ -133,6 +149,8 @@ class Decider:
             partial = score_reference(self.loaded.model, sub)
         elif scorer == "prompt_once":
             partial = score_prompt_once(self.parts, self.loaded.model, sub)
+        elif scorer == "trie" and self.trie is not None:
+            partial = self.trie.score(sub)
         else:
             raise InvalidRequest(f"unknown scorer {scorer!r}", ("scorer",))
         full = ScoreResult(

@@ -148,10 +148,14 @@ def _validate_question(q: Question, path: tuple) -> None:
     if q.kind == "predicate" and [o.value for o in q.options] != [False, True]:
         raise InvalidRequest("predicate options must be [false, true]", (*path, "options"))
     if n < 1:
-        raise InvalidRequest(f"a {q.kind} question needs at least one option", (*path, "options"), "array_below_min_length")
+        raise InvalidRequest(
+            f"a {q.kind} question needs at least one option", (*path, "options"), "array_below_min_length"
+        )
     if n > MAX_OPTIONS:
         raise InvalidRequest(
-            f"a {q.kind} question takes at most {MAX_OPTIONS} options, got {n}", (*path, "options"), "array_above_max_length"
+            f"a {q.kind} question takes at most {MAX_OPTIONS} options, got {n}",
+            (*path, "options"),
+            "array_above_max_length",
         )
     seen: set[tuple[type, str | bool]] = set()
     for i, o in enumerate(q.options):
@@ -160,7 +164,9 @@ def _validate_question(q: Question, path: tuple) -> None:
             raise InvalidRequest("option values must be finite", (*where, "value"), "invalid_value")
         if not isinstance(o.value, (str, bool)) or (q.kind == "score" and not isinstance(o.value, str)):
             allowed = "a string" if q.kind == "score" else "a string or a boolean"
-            raise InvalidRequest(f"an option value must be {allowed}, got {o.value!r}", (*where, "value"), "invalid_type")
+            raise InvalidRequest(
+                f"an option value must be {allowed}, got {o.value!r}", (*where, "value"), "invalid_type"
+            )
         if o.description is not None and not isinstance(o.description, str):
             raise InvalidRequest("a description must be a string or None", (*where, "description"), "invalid_type")
         key = (type(o.value), o.value)

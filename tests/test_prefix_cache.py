@@ -8,7 +8,9 @@ from decide.scoring.prefix_cache import PrefixCache
 
 def kv(length: int, layers: int = 2, width: int = 1) -> list:
     """Per-layer K/V of `length` tokens; 4 bytes × width per token per tensor."""
-    return [(mx.full((1, 1, length, width), float(i)), mx.full((1, 1, length, width), float(-i))) for i in range(layers)]
+    return [
+        (mx.full((1, 1, length, width), float(i)), mx.full((1, 1, length, width), float(-i))) for i in range(layers)
+    ]
 
 
 def entry_lengths(cache: PrefixCache) -> list[int]:

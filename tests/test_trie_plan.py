@@ -19,7 +19,9 @@ def test_common_prefix_length():
 
 def test_small_questions_share_one_pass():
     passes = plan_jobs([tq(10, [2, 2]), tq(12, [3, 3, 3])], prefix_len=8, max_nodes=100)
-    assert [[(j.question, j.candidates, j.split) for j in p] for p in passes] == [[(0, (0, 1), False), (1, (0, 1, 2), False)]]
+    assert [[(j.question, j.candidates, j.split) for j in p] for p in passes] == [
+        [(0, (0, 1), False), (1, (0, 1, 2), False)]
+    ]
 
 
 def test_a_question_bigger_than_a_pass_is_cut_by_candidates():
@@ -30,7 +32,9 @@ def test_a_question_bigger_than_a_pass_is_cut_by_candidates():
 
 
 @given(
-    st.lists(st.tuples(st.integers(1, 40), st.lists(st.integers(1, 9), min_size=1, max_size=30)), min_size=1, max_size=12),
+    st.lists(
+        st.tuples(st.integers(1, 40), st.lists(st.integers(1, 9), min_size=1, max_size=30)), min_size=1, max_size=12
+    ),
     st.integers(1, 80),
 )
 def test_every_candidate_is_planned_exactly_once(spec, max_nodes):

@@ -30,10 +30,7 @@ def split_model(model) -> ModelParts:
     args = getattr(model, "args", None)
     if getattr(args, "final_logit_softcapping", None):
         raise TypeError(f"{type(model).__module__} soft-caps its logits; it is scored whole")
-    if hasattr(model, "lm_head"):
-        head = model.lm_head
-    else:
-        head = inner.embed_tokens.as_linear
+    head = model.lm_head if hasattr(model, "lm_head") else inner.embed_tokens.as_linear
     return ModelParts(body=lambda tokens, cache=None: inner(tokens, cache), head=head, layers=list(inner.layers))
 
 

@@ -90,7 +90,9 @@ def forest_mask(ancestors: np.ndarray, prefix_len: int) -> mx.array:
     return mx.array(full)
 
 
-def forest_hidden(body, n_layers: int, tokens: np.ndarray, positions: np.ndarray, mask: mx.array, prefix_kv) -> mx.array:
+def forest_hidden(
+    body, n_layers: int, tokens: np.ndarray, positions: np.ndarray, mask: mx.array, prefix_kv
+) -> mx.array:
     """Final hidden states [N, D] of the packed forest on top of the prefix K/V (or none)."""
     pos = mx.array(positions.astype(np.int32))
     caches = [ForestCache(None if prefix_kv is None else prefix_kv[i], pos, mask) for i in range(n_layers)]

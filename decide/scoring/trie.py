@@ -84,6 +84,30 @@ def _split(qi: int, q: TokenizedQuestion, prefix_len: int, max_nodes: int) -> li
     return jobs
 
 
+@dataclass(frozen=True)
+class ComputedNodes:
+    """The forest nodes that must run through the model: those with a logits row, and their
+    ancestors. Leaves (a candidate's last token, when no other candidate continues it) are
+    dropped: nothing reads their logits and nothing attends to them."""
+
+    tokens: np.ndarray
+    positions: np.ndarray
+    ancestors: np.ndarray  # bool[n, n], ancestor-or-self among the kept nodes
+    rows: np.ndarray  # int32[R]: forest.rows renumbered to kept nodes
+
+    @classmethod
+    def of(cls, forest) -> ComputedNodes:
+        full = forest.ancestor_mask()
+        keep = full[forest.rows].any(axis=0)
+        renumber = np.cumsum(keep) - 1
+        return cls(
+            tokens=forest.tokens[keep],
+            positions=forest.positions[keep],
+            ancestors=full[np.ix_(keep, keep)],
+            rows=renumber[forest.rows].astype(np.int32),
+        )
+
+
 class TrieScorer:
     def __init__(self, parts: ModelParts, namespace: str, options: TrieOptions | None = None) -> None:
         self.parts = parts
@@ -115,7 +139,10 @@ class TrieScorer:
             for c, (k, v) in zip(caches, hit.kv):
                 c.state = (k, v, hit.length)
         self.parts.body(mx.array(tokens[hit.length :], dtype=mx.int32)[None], caches)
-        kv = [(mx.contiguous(c.keys[..., : len(tokens), :]), mx.contiguous(c.values[..., : len(tokens), :])) for c in caches]
+        kv = [
+            (mx.contiguous(c.keys[..., : len(tokens), :]), mx.contiguous(c.values[..., : len(tokens), :]))
+            for c in caches
+        ]
         mx.eval(kv)
         result.computed_tokens += len(tokens) - hit.length
         if self.cache.store(tokens, kv):
@@ -126,9 +153,10 @@ class TrieScorer:
         prompts = [questions[j.question].prompt for j in jobs]
         candidates = [[questions[j.question].candidates[c] for c in j.candidates] for j in jobs]
         forest = build_forest(prompts, candidates, prefix_len)
-        mask = forest_mask(forest.ancestor_mask(), prefix_len)
-        hidden = forest_hidden(self.parts.body, len(self.parts.layers), forest.tokens, forest.positions, mask, kv)
-        logits = self.parts.head(hidden[mx.array(forest.rows.astype(np.int32))]).astype(mx.float32)
+        nodes = ComputedNodes.of(forest)
+        mask = forest_mask(nodes.ancestors, prefix_len)
+        hidden = forest_hidden(self.parts.body, len(self.parts.layers), nodes.tokens, nodes.positions, mask, kv)
+        logits = self.parts.head(hidden[mx.array(nodes.rows)]).astype(mx.float32)
         mx.eval(logits)
         logits_np = np.asarray(logits)
         needs_lse = forest.row_needs_lse.copy()
@@ -140,4 +168,4 @@ class TrieScorer:
         lls, _ = candidate_scores(picked, forest.pair_rows, lse, forest.cand_pair_offsets, offsets)
         for j, (lo, hi) in zip(jobs, zip(offsets[:-1], offsets[1:])):
             result.log_likelihoods[j.question][list(j.candidates)] = lls[lo:hi]
-        result.computed_tokens += int(forest.num_nodes)
+        result.computed_tokens += len(nodes.tokens)
