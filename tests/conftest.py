@@ -1,0 +1,56 @@
+"""Shared fixtures: the tiny GGUF model and the embedded models.
+
+decide.runtime is imported first so that the optimized BLAS is loaded before anything
+imports mlx.core. Tests convert models into a temporary cache (DECIDE_CACHE_DIR) except the
+real embedded models, whose conversion stays in the normal cache so repeated runs are fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny_model import write_tiny_gguf
+
+import decide.runtime  # noqa: F401  (the BLAS swap must precede any mlx import)
+from decide.models import LoadedModel, default_cache_dir, load_model
+
+# Captured before the session fixture below points DECIDE_CACHE_DIR at a temporary folder.
+REAL_MODEL_CACHE = default_cache_dir()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _temporary_model_cache(tmp_path_factory: pytest.TempPathFactory):
+    patch = pytest.MonkeyPatch()
+    patch.setenv("DECIDE_CACHE_DIR", str(tmp_path_factory.mktemp("decide-cache")))
+    yield
+    patch.undo()
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random llama-arch chat model (ChatML, byte-level BPE) as a GGUF file."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf", arch="llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_gguf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same shape as qwen2 arch: q/k/v biases, untied output, unpermuted Q/K."""
+    return write_tiny_gguf(tmp_path_factory.mktemp("tiny-qwen2") / "tiny-qwen2.gguf", arch="qwen2", seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    return load_model(str(tiny_gguf_path), cache_dir=tmp_path_factory.mktemp("tiny-cache"), progress=False)
+
+
+@pytest.fixture(scope="session")
+def smollm() -> LoadedModel:
+    """The embedded SmolLM2-135M-Instruct (tests marked @pytest.mark.smollm)."""
+    return load_model("smollm2-135m", cache_dir=REAL_MODEL_CACHE, progress=False)
+
+
+@pytest.fixture(scope="session")
+def qwen() -> LoadedModel:
+    """The embedded default, Qwen2.5-Coder-1.5B-Instruct (tests marked @pytest.mark.slow)."""
+    return load_model("qwen2.5-coder-1.5b", cache_dir=REAL_MODEL_CACHE)
