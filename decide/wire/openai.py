@@ -1,0 +1,421 @@
+"""OpenAI Decisions (`POST /v1/decisions`, contract §1): body dict ⇄ DecisionRequest / Decision.
+
+`parse` validates in document order and raises the first problem as InvalidRequest(message,
+path, code); `bracket_path(path)` gives its OpenAI `param`. Non-user input items are rendered
+to text per contract §6.12; names never reach the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..answers import Decision
+from ..errors import InvalidRequest
+from ..request import DecisionRequest, Image, Option, Part, Question, Text
+from . import images
+from .common import JSONShapeError, Limits, check_distribution, check_json_value, compact_json, join_blocks, merge_texts
+
+MAX_QUESTIONS = 400
+MAX_CHOICES = 255
+MAX_LEVELS = 255
+MAX_IMAGES = 128
+MAX_TEXT = 1_048_576
+MAX_ID_LENGTH = 64
+JSON_MAX_DEPTH = 32
+JSON_MAX_VALUES = 10_000
+JSON_MAX_BYTES = 256 * 1024
+
+QUESTION_TYPES = ("predicate", "choice", "score")
+ROLES = ("user", "developer", "system", "assistant")
+ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
+DETAILS = ("low", "high", "auto", "original")
+STATUSES = ("in_progress", "completed", "incomplete")
+PHASES = ("commentary", "final_answer")
+ROLE_PARTS = {
+    "user": ("input_text", "input_image", "input_json"),
+    "developer": ("input_text",),
+    "system": ("input_text",),
+    "assistant": ("output_text", "refusal"),
+}
+OUTPUT_PARTS = ("input_text", "input_image")
+QUESTION_PARTS = ("input_text", "input_image", "input_json")
+PREFIX = {"system": "System: ", "developer": "Developer: ", "assistant": "Assistant: "}
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A parsed body: the internal request plus what only the wire needs to answer it."""
+
+    request: DecisionRequest
+    names: tuple[str | None, ...]
+    model: str
+    # internal image path (as in DecisionRequest.images) → the wire `param` of its image_url
+    image_params: Mapping[tuple, str] = field(default_factory=dict)
+
+
+def bracket_path(path: tuple) -> str | None:
+    """("questions", 3, "choices", 1, "value") → "questions[3].choices[1].value"."""
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or None
+
+
+def _fail(code: str, path: tuple, message: str) -> InvalidRequest:
+    return InvalidRequest(f"Invalid '{bracket_path(path) or 'body'}': {message}", path, code)
+
+
+_TYPE_NAMES = {str: "a string", bool: "a boolean", list: "an array", dict: "an object", type(None): "null"}
+
+
+def _kind(value: Any) -> str:
+    return _TYPE_NAMES.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _get(obj: dict, key: str, path: tuple, types: tuple, *, required: bool = True, nullable: bool = False) -> Any:
+    """obj[key] checked against `types`; absent (or null when nullable) gives None."""
+    where = (*path, key)
+    if key not in obj:
+        if required:
+            raise _fail("missing_required_parameter", where, "required parameter is missing.")
+        return None
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+        wanted = " or ".join(_TYPE_NAMES[t] for t in types)
+        raise _fail("invalid_type", where, f"expected {wanted}, got {_kind(value)}.")
+    return value
+
+
+def _text(
+    obj: dict, key: str, path: tuple, *, required: bool = True, nullable: bool = False, cap: int = MAX_TEXT
+) -> str | None:
+    value = _get(obj, key, path, (str,), required=required, nullable=nullable)
+    if value is not None and len(value) > cap:
+        raise _fail(
+            "string_above_max_length",
+            (*path, key),
+            f"string too long. Expected at most {cap} characters, got {len(value)}.",
+        )
+    return value
+
+
+def _enum(
+    obj: dict, key: str, path: tuple, allowed: tuple, *, required: bool = False, nullable: bool = True
+) -> str | None:
+    value = _get(obj, key, path, (str,), required=required, nullable=nullable)
+    if value is not None and value not in allowed:
+        raise _fail("invalid_value", (*path, key), f"expected one of {', '.join(map(repr, allowed))}, got {value!r}.")
+    return value
+
+
+def _array(obj: dict, key: str, path: tuple, lo: int, hi: int | None = None) -> list:
+    value = _get(obj, key, path, (list,))
+    if len(value) < lo:
+        raise _fail(
+            "array_below_min_length", (*path, key), f"array too short. Expected at least {lo} items, got {len(value)}."
+        )
+    if hi is not None and len(value) > hi:
+        raise _fail(
+            "array_above_max_length", (*path, key), f"array too long. Expected at most {hi} items, got {len(value)}."
+        )
+    return value
+
+
+def _text_or_array(obj: dict, key: str, path: tuple) -> str | list:
+    """A field that is a string or a non-empty array (input, content, output, instructions)."""
+    value = _get(obj, key, path, (str, list))
+    if isinstance(value, str):
+        return _text(obj, key, path)
+    return _array(obj, key, path, 1)
+
+
+def _object(value: Any, path: tuple) -> dict:
+    if not isinstance(value, dict):
+        raise _fail("invalid_type", path, f"expected an object, got {_kind(value)}.")
+    return value
+
+
+class _Parser:
+    """One parse: tracks images (count, paths) and earlier tool calls while walking the body."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.image_paths: dict[int, str] = {}  # id(Image) → param of its image_url
+        self.calls: dict[str, set[str]] = {"function_call": set(), "custom_tool_call": set()}
+
+    # -- top level
+    def parse(self, body: Any) -> Parsed:
+        body = _object(body, ())
+        model = _get(body, "model", (), (str,))
+        input_parts = self.input(body)
+        max_questions = min(MAX_QUESTIONS, self.limits.max_questions)
+        raw_questions = _array(body, "questions", (), 1, max_questions)
+        questions = [self.question(q, ("questions", i)) for i, q in enumerate(raw_questions)]
+        self.cache_fields(body)
+        names = tuple(name for _, name in questions)
+        request = _build(lambda: DecisionRequest(input_parts, tuple(q for q, _ in questions)))
+        params = {path: self.image_paths[id(img)] for path, img in request.images}
+        return Parsed(request, names, model, params)
+
+    def cache_fields(self, body: dict) -> None:
+        _text(body, "prompt_cache_key", (), required=False, nullable=True, cap=MAX_ID_LENGTH)
+        _text(body, "safety_identifier", (), required=False, nullable=True, cap=MAX_ID_LENGTH)
+        options = _get(body, "prompt_cache_options", (), (dict,), required=False, nullable=True)
+        if options is not None:
+            path = ("prompt_cache_options",)
+            _enum(options, "mode", path, ("implicit", "explicit"))
+            _enum(options, "ttl", path, ("30m",))
+
+    def input(self, body: dict) -> tuple[Part, ...]:
+        items = _text_or_array(body, "input", ())
+        if isinstance(items, str):
+            return (Text(items),)
+        blocks = [self.item(item, ("input", i)) for i, item in enumerate(items)]
+        return join_blocks(blocks)
+
+    # -- input items
+    def item(self, item: Any, path: tuple) -> list[Part]:
+        item = _object(item, path)
+        kind = _enum(item, "type", path, ITEM_TYPES, required="role" not in item, nullable="role" in item)
+        if kind in (None, "message"):
+            return self.message(item, path)
+        if kind in self.calls:
+            return self.call(item, path, kind)
+        return self.call_output(item, path, kind)
+
+    def message(self, item: dict, path: tuple) -> list[Part]:
+        role = _enum(item, "role", path, ROLES, required=True, nullable=False)
+        if role == "assistant":
+            _enum(item, "phase", path, PHASES)
+        parts = _text_or_array(item, "content", path)
+        if isinstance(parts, str):
+            return [Text(PREFIX.get(role, "") + parts)]
+        if role == "assistant":
+            return self.assistant_parts(parts, (*path, "content"))
+        rendered = [self.part(p, (*path, "content", j), ROLE_PARTS[role]) for j, p in enumerate(parts)]
+        return [Text(PREFIX.get(role, "")), *rendered]
+
+    def assistant_parts(self, parts: list, path: tuple) -> list[Part]:
+        blocks: list[list[Part]] = []
+        last = None
+        for j, p in enumerate(parts):
+            p = _object(p, (*path, j))
+            kind = _enum(p, "type", (*path, j), ROLE_PARTS["assistant"], required=True, nullable=False)
+            if kind == "output_text":
+                text = _text(p, "text", (*path, j))
+                if last == "output_text":
+                    blocks[-1].append(Text(text))
+                else:
+                    blocks.append([Text(PREFIX["assistant"] + text)])
+            else:
+                blocks.append([Text("Assistant (refusal): " + _text(p, "refusal", (*path, j)))])
+            last = kind
+        return list(join_blocks(blocks))
+
+    def call(self, item: dict, path: tuple, kind: str) -> list[Part]:
+        call_id = _text(item, "call_id", path)
+        name = _text(item, "name", path)
+        body = _text(item, "arguments" if kind == "function_call" else "input", path)
+        self.optional_ids(item, path, namespace=True)
+        self.calls[kind].add(call_id)
+        label = "Tool call" if kind == "function_call" else "Custom tool call"
+        return [Text(f"{label} {name} [{call_id}]: {body}")]
+
+    def call_output(self, item: dict, path: tuple, kind: str) -> list[Part]:
+        call_kind = kind.removesuffix("_output")
+        call_id = _text(item, "call_id", path)
+        if call_id not in self.calls[call_kind]:
+            raise _fail("invalid_value", (*path, "call_id"), f"no earlier {call_kind} item has call_id {call_id!r}.")
+        raw = _text_or_array(item, "output", path)
+        if isinstance(raw, str):
+            output: list[Part] = [Text(raw)]
+        else:
+            output = [self.part(p, (*path, "output", j), OUTPUT_PARTS) for j, p in enumerate(raw)]
+        self.optional_ids(item, path, namespace=False)
+        label = "Tool result" if kind == "function_call_output" else "Custom tool result"
+        return [Text(f"{label} [{call_id}]: "), *output]
+
+    def optional_ids(self, item: dict, path: tuple, *, namespace: bool) -> None:
+        _text(item, "id", path, required=False, nullable=True)
+        if namespace:
+            _text(item, "namespace", path, required=False, nullable=True)
+        _enum(item, "status", path, STATUSES)
+
+    # -- content parts
+    def part(self, part: Any, path: tuple, allowed: tuple, *, breakpoints: bool = True) -> Part:
+        part = _object(part, path)
+        kind = _enum(part, "type", path, allowed, required=True, nullable=False)
+        if breakpoints and kind in ("input_text", "input_image"):
+            self.breakpoint(part, path)
+        if kind == "input_text":
+            return Text(_text(part, "text", path))
+        if kind == "input_json":
+            return Text(json_text(part, path))
+        return self.image(part, path)
+
+    def breakpoint(self, part: dict, path: tuple) -> None:
+        bp = _get(part, "prompt_cache_breakpoint", path, (dict,), required=False, nullable=True)
+        if bp is not None:
+            _enum(bp, "mode", (*path, "prompt_cache_breakpoint"), ("explicit",), required=True, nullable=False)
+
+    def image(self, part: dict, path: tuple) -> Image:
+        url = _get(part, "image_url", path, (str,))
+        _enum(part, "detail", path, DETAILS)
+        if len(self.image_paths) >= MAX_IMAGES:
+            raise _fail("array_above_max_length", path, f"too many images. Expected at most {MAX_IMAGES} per request.")
+        try:
+            img = images.image_from_url(url, self.limits.fetch_image)
+        except images.ImageError as e:
+            raise _fail(e.code, (*path, "image_url"), e.message) from None
+        # Each part decodes to a fresh object that the request keeps alive, so its id keys the path map.
+        self.image_paths[id(img)] = bracket_path((*path, "image_url"))
+        return img
+
+    # -- questions
+    def question(self, raw: Any, path: tuple) -> tuple[Question, str | None]:
+        q = _object(raw, path)
+        kind = _enum(q, "type", path, QUESTION_TYPES, required=True, nullable=False)
+        name = _get(q, "name", path, (str,), required=False, nullable=True)
+        instructions, attachments = self.instructions(q, path)
+        if kind == "predicate":
+            question = _build(lambda: Question.predicate(instructions, attachments=attachments), path)
+        elif kind == "choice":
+            options = self.choices(q, path)
+            question = _build(lambda: Question("choice", instructions, options, attachments), path)
+        else:
+            options = self.levels(q, path)
+            question = _build(lambda: Question("score", instructions, options, attachments), path)
+        return question, name
+
+    def instructions(self, q: dict, path: tuple) -> tuple[str, tuple[Part, ...]]:
+        raw = _text_or_array(q, "instructions", path)
+        if isinstance(raw, str):
+            return raw, ()
+        parts = [self.part(p, (*path, "instructions", j), QUESTION_PARTS, breakpoints=False) for j, p in enumerate(raw)]
+        text = "".join(p.text for p in parts if isinstance(p, Text))
+        pictures = [p for p in parts if isinstance(p, Image)]
+        attachments = merge_texts(x for k, img in enumerate(pictures, 1) for x in (Text(f"Image reference: {k}"), img))
+        return text, attachments
+
+    def choices(self, q: dict, path: tuple) -> tuple[Option, ...]:
+        raw = _array(q, "choices", path, 2, MAX_CHOICES)
+        seen: set[tuple[type, Any]] = set()
+        options = []
+        for j, c in enumerate(raw):
+            where = (*path, "choices", j)
+            c = _object(c, where)
+            value = _get(c, "value", where, (str, bool))
+            if isinstance(value, str) and len(value) > MAX_TEXT:
+                raise _fail(
+                    "string_above_max_length",
+                    (*where, "value"),
+                    f"string too long. Expected at most {MAX_TEXT} characters.",
+                )
+            if (type(value), value) in seen:
+                raise _fail("invalid_value", (*where, "value"), f"duplicate choice value {value!r}.")
+            seen.add((type(value), value))
+            options.append(Option(value, _text(c, "description", where, required=False, nullable=True)))
+        return tuple(options)
+
+    def levels(self, q: dict, path: tuple) -> tuple[Option, ...]:
+        raw = _array(q, "levels", path, 2, MAX_LEVELS)
+        options = []
+        for j, level in enumerate(raw):
+            where = (*path, "levels", j)
+            level = _object(level, where)
+            label = _text(level, "label", where)
+            options.append(Option(label, _text(level, "description", where, required=False, nullable=True)))
+        return tuple(options)
+
+
+def json_text(part: dict, path: tuple) -> str:
+    """An input_json part's data as compact JSON text, within the contract's limits."""
+    data = _get(part, "data", path, (dict, list))
+    where = (*path, "data")
+    if isinstance(data, list):
+        for k, item in enumerate(data):
+            if not isinstance(item, dict):
+                raise _fail("invalid_type", (*where, k), f"expected an object, got {_kind(item)}.")
+    try:
+        check_json_value(data, JSON_MAX_DEPTH, JSON_MAX_VALUES)
+    except JSONShapeError as e:
+        raise _fail("invalid_value", where, e.message) from None
+    text = compact_json(data)
+    if len(text.encode("utf-8")) > JSON_MAX_BYTES:
+        raise _fail("invalid_value", where, f"JSON is larger than {JSON_MAX_BYTES} bytes of compact UTF-8.")
+    return text
+
+
+def _build(make, path: tuple = ()):
+    """Run a request-model constructor; its own checks should never fire after ours, but map them if they do."""
+    try:
+        return make()
+    except InvalidRequest as e:
+        raise InvalidRequest(e.message, (*path, *e.path), e.code) from None
+
+
+def parse(body: Any, *, limits: Limits | None = None) -> Parsed:
+    """Validate an OpenAI Decisions body and build the internal request (first error raised)."""
+    return _Parser(limits or Limits()).parse(body)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render(decision: Decision, parsed: Parsed) -> dict:
+    """The 200 body (contract §1.7): answers in question order, usage as integers."""
+    answers = [_answer(a, name, i) for i, (a, name) in enumerate(zip(decision.answers, parsed.names, strict=True))]
+    return {"model": decision.model, "answers": answers, "usage": _usage(decision)}
+
+
+def _answer(answer, name: str | None, index: int) -> dict:
+    p = [float(x) for x in answer.probabilities]
+    check_distribution(p, f"questions[{index}]")
+    kind = answer.kind
+    if kind == "predicate":
+        return {"type": "predicate", "name": name, "probability": p[1]}
+    options = answer.question.options
+    if kind == "choice":
+        probabilities = [{"value": o.value, "probability": pi} for o, pi in zip(options, p, strict=True)]
+        return {
+            "type": "choice",
+            "name": name,
+            "choice": answer.best.value,
+            "confidence": answer.confidence,
+            "probabilities": probabilities,
+        }
+    probabilities = [
+        {"value": i, "label": o.value, "probability": pi} for i, (o, pi) in enumerate(zip(options, p, strict=True))
+    ]
+    return {
+        "type": "score",
+        "name": name,
+        "score": answer.score,
+        "confidence": answer.confidence,
+        "probabilities": probabilities,
+    }
+
+
+def _usage(decision: Decision) -> dict:
+    u = decision.usage
+    total = int(u.input_tokens)
+    return {
+        "input_tokens": total,
+        "input_tokens_details": {
+            "cached_tokens": int(u.cached_tokens),
+            "cache_write_tokens": int(u.cache_write_tokens),
+        },
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": total,
+    }
+
+
+def error_body(
+    message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
+) -> dict:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}

@@ -1,0 +1,472 @@
+"""TypeSafe System One (`POST /v1/systemone`, contract §2): body dict ⇄ DecisionRequest / Decision.
+
+`parse` reports every validation problem at once (ValidationFailed → 422 `detail[]`, locations
+as in §2.7: the question id is one element, then the question type); a valid request the
+server will not serve (a box question) raises UsageError (400 `api_usage_error`).
+Question ids and choice names are keys: they are never scanned for assets nor rendered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..answers import Decision
+from ..errors import InvalidRequest
+from ..request import DEFAULT_FALSE, DEFAULT_TRUE, DecisionRequest, Image, Option, Part, Question, Text
+from . import images
+from .common import (
+    FormPart,
+    JSONShapeError,
+    Limits,
+    check_distribution,
+    check_json_value,
+    compact_json,
+    loads_strict,
+    merge_texts,
+)
+
+MAX_CHOICES = 255
+MAX_LEVELS = 10
+MAX_DEPTH = 64
+MAX_PLACEHOLDER_BYTES = 1024
+QUESTION_TYPES = ("noul", "choice", "score", "box")
+ASSET_FORMATS = ("png", "jpg", "jpeg")
+KIND = {"noul": "predicate", "choice": "choice", "score": "score"}
+WIRE_TYPE = {"predicate": "noul", "choice": "choice", "score": "score"}
+
+MESSAGES = {
+    "missing": "Field required",
+    "string_type": "Input should be a valid string",
+    "dict_type": "Input should be a valid dictionary",
+    "list_type": "Input should be a valid list",
+    "model_type": "Input should be a valid dictionary or instance of NoulCriteria",
+    "union_tag_not_found": "Unable to extract tag using discriminator 'type'",
+}
+
+
+class ValidationFailed(Exception):
+    """Every problem found, as 422 `detail` entries ({loc, msg, type[, ctx]})."""
+
+    def __init__(self, entries: list[dict]) -> None:
+        super().__init__("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in entries))
+        self.entries = entries
+
+
+class UsageError(Exception):
+    """A well-formed request this server cannot serve (400 `api_usage_error`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Parsed:
+    request: DecisionRequest
+    ids: tuple[str, ...]
+    # per question: the score levels exactly as sent (echoed as the legend), else None
+    legends: tuple[tuple | None, ...]
+    model: str
+
+
+def entry(loc: Sequence, type: str, msg: str | None = None, ctx: dict | None = None) -> dict:
+    e = {"loc": ["body", *loc], "msg": msg or MESSAGES.get(type, type), "type": type}
+    if ctx:
+        e["ctx"] = ctx
+    return e
+
+
+def split_form(parts: list[FormPart]) -> tuple[Any, dict[str, bytes]]:
+    """A multipart body → (the `request` part's JSON, {part name: bytes} of the other parts)."""
+    requests = [p for p in parts if p.name == "request"]
+    if len(requests) != 1:
+        what = "no part named 'request'" if not requests else "several parts named 'request'"
+        raise ValidationFailed(
+            [entry(["request"], "missing" if not requests else "value_error", f"the multipart body has {what}")]
+        )
+    others: dict[str, bytes] = {}
+    for p in parts:
+        if p.name == "request":
+            continue
+        if p.name in others:
+            raise ValidationFailed(
+                [entry(["assets"], "value_error", f"the multipart body has two parts named {p.name!r}")]
+            )
+        others[p.name] = p.data
+    return loads_strict(requests[0].data), others
+
+
+# ---------------------------------------------------------------- validation
+
+
+class _Validator:
+    """Collects every problem; valid values are left for the builder."""
+
+    def __init__(self, parts: Mapping[str, bytes] | None, limits: Limits) -> None:
+        self.parts = parts
+        self.limits = limits
+        self.errors: list[dict] = []
+        self.assets: dict[str, Image] = {}
+
+    def error(self, loc: Sequence, type: str, msg: str | None = None, ctx: dict | None = None) -> None:
+        self.errors.append(entry(loc, type, msg, ctx))
+
+    def text(self, value: Any, loc: Sequence, *, nullable: bool = True) -> bool:
+        """A "text": string, object or array (depth ≤ 64, finite numbers); None only when nullable."""
+        if value is None and nullable or isinstance(value, str):
+            return True
+        if isinstance(value, (dict, list)):
+            try:
+                check_json_value(value, MAX_DEPTH)
+                return True
+            except JSONShapeError as e:
+                self.error([*loc, *e.path], "value_error", f"Value error, {e.message}")
+                return False
+        self.error(loc, "string_type")
+        return False
+
+    def body(self, body: Any) -> None:
+        if not isinstance(body, dict):
+            raise ValidationFailed([entry([], "dict_type")])
+        if "model" not in body:
+            self.error(["model"], "missing")
+        elif not isinstance(body["model"], str):
+            self.error(["model"], "string_type")
+        if "state" not in body:
+            self.error(["state"], "missing")
+        else:
+            self.text(body["state"], ["state"], nullable=False)
+        self.questions(body)
+        self.asset_map(body.get("assets"))
+
+    def questions(self, body: dict) -> None:
+        if "questions" not in body:
+            return self.error(["questions"], "missing")
+        qs = body["questions"]
+        if not isinstance(qs, dict):
+            return self.error(["questions"], "dict_type")
+        if not qs:
+            return self.error(
+                ["questions"],
+                "too_short",
+                "Dictionary should have at least 1 item after validation, not 0",
+                {"min_length": 1},
+            )
+        cap = self.limits.max_questions
+        if len(qs) > cap:
+            return self.error(
+                ["questions"],
+                "too_long",
+                f"Dictionary should have at most {cap} items after validation, not {len(qs)}",
+                {"max_length": cap},
+            )
+        for qid, q in qs.items():
+            self.question(qid, q)
+
+    def question(self, qid: str, q: Any) -> None:
+        at = ["questions", qid]
+        if not isinstance(q, dict):
+            return self.error(at, "dict_type")
+        kind = q.get("type")
+        if kind is None:
+            return self.error(at, "union_tag_not_found")
+        if kind not in QUESTION_TYPES:
+            tags = ", ".join(f"'{t}'" for t in QUESTION_TYPES)
+            return self.error(
+                at,
+                "union_tag_invalid",
+                f"Input tag {kind!r} found using 'type' does not match any of the expected tags: {tags}",
+            )
+        at = [*at, kind]
+        if "instructions" in q:
+            self.text(q["instructions"], [*at, "instructions"])
+        if kind == "noul":
+            self.noul_criteria(q.get("criteria"), [*at, "criteria"])
+        elif kind == "choice":
+            self.choice_criteria(q, [*at, "criteria"])
+        elif kind == "score":
+            self.score_criteria(q, [*at, "criteria"])
+
+    def noul_criteria(self, criteria: Any, loc: list) -> None:
+        if criteria is None:
+            return
+        if not isinstance(criteria, dict):
+            return self.error(loc, "model_type")
+        for side in ("true", "false"):
+            if side in criteria:
+                self.text(criteria[side], [*loc, side])
+
+    def choice_criteria(self, q: dict, loc: list) -> None:
+        if "criteria" not in q:
+            return self.error(loc, "missing")
+        criteria = q["criteria"]
+        if not isinstance(criteria, dict):
+            return self.error(loc, "dict_type")
+        if self.count(len(criteria), 1, MAX_CHOICES, loc, "Dictionary"):
+            for name, description in criteria.items():
+                self.text(description, [*loc, name])
+
+    def score_criteria(self, q: dict, loc: list) -> None:
+        if "criteria" not in q:
+            return self.error(loc, "missing")
+        criteria = q["criteria"]
+        if not isinstance(criteria, list):
+            return self.error(loc, "list_type")
+        if self.count(len(criteria), 1, MAX_LEVELS, loc, "List"):
+            for i, level in enumerate(criteria):
+                self.text(level, [*loc, i], nullable=False)
+
+    def count(self, n: int, lo: int, hi: int, loc: list, what: str) -> bool:
+        if n < lo:
+            self.error(
+                loc, "too_short", f"{what} should have at least {lo} item after validation, not {n}", {"min_length": lo}
+            )
+        elif n > hi:
+            self.error(
+                loc, "too_long", f"{what} should have at most {hi} items after validation, not {n}", {"max_length": hi}
+            )
+        return lo <= n <= hi
+
+    # -- assets
+    def asset_map(self, assets: Any) -> None:
+        if assets is None:
+            if self.parts:
+                self.error(
+                    ["assets"],
+                    "value_error",
+                    "Value error, the multipart body has image parts but no assets claim them",
+                )
+            return
+        if not isinstance(assets, dict):
+            return self.error(["assets"], "dict_type")
+        if not assets:
+            return self.error(
+                ["assets"],
+                "too_short",
+                "Dictionary should have at least 1 item after validation, not 0",
+                {"min_length": 1},
+            )
+        claimed: dict[str, str] = {}
+        for key, value in assets.items():
+            self.asset(key, value, claimed)
+        unclaimed = [name for name in (self.parts or {}) if name not in claimed]
+        if unclaimed:
+            self.error(
+                ["assets"], "value_error", f"Value error, multipart part {unclaimed[0]!r} is not claimed by any asset"
+            )
+
+    def asset(self, key: str, value: Any, claimed: dict[str, str]) -> None:
+        loc = ["assets", key]
+        if not key.strip() or len(key.encode("utf-8")) > MAX_PLACEHOLDER_BYTES:
+            return self.error(
+                loc,
+                "value_error",
+                f"Value error, an asset key must be non-blank and at most {MAX_PLACEHOLDER_BYTES} bytes",
+            )
+        if not isinstance(value, dict):
+            return self.error(loc, "dict_type")
+        if value.get("type") not in (None, "image"):
+            return self.error([*loc, "type"], "value_error", "Value error, the only asset type is 'image'")
+        if value.get("format") is not None and value["format"] not in ASSET_FORMATS:
+            return self.error([*loc, "format"], "enum", "Input should be 'png', 'jpg' or 'jpeg'")
+        data = self.part_bytes(value, loc, claimed) if value.get("part") is not None else self.base64_bytes(value, loc)
+        if data is None:
+            return
+        try:
+            self.assets[key] = images.image_from_bytes(data)
+        except images.ImageError as e:
+            where = "part" if value.get("part") is not None else "data_base64"
+            self.error([*loc, where], "value_error", f"Value error, {e.message}")
+
+    def part_bytes(self, value: dict, loc: list, claimed: dict[str, str]) -> bytes | None:
+        name = value["part"]
+        if not isinstance(name, str):
+            return self.error([*loc, "part"], "string_type")
+        if self.parts is None or name not in self.parts:
+            return self.error([*loc, "part"], "value_error", f"Value error, there is no multipart part named {name!r}")
+        if name in claimed:
+            return self.error(
+                [*loc, "part"],
+                "value_error",
+                f"Value error, part {name!r} is already claimed by asset {claimed[name]!r}",
+            )
+        claimed[name] = loc[-1]
+        return self.parts[name]
+
+    def base64_bytes(self, value: dict, loc: list) -> bytes | None:
+        ok = True
+        for field in ("data_base64", "format"):
+            if value.get(field) is None:
+                self.error([*loc, field], "missing", f"Field required (an asset without 'part' needs {field})")
+                ok = False
+            elif not isinstance(value[field], str):
+                self.error([*loc, field], "string_type")
+                ok = False
+        if not ok:
+            return None
+        try:
+            return images.decode_base64(value["data_base64"])
+        except images.ImageError as e:
+            return self.error([*loc, "data_base64"], "value_error", f"Value error, {e.message}")
+
+
+# ---------------------------------------------------------------- placeholders
+
+
+class _Placeholders:
+    """Finds asset placeholders in string values: earliest match first, longest among equals."""
+
+    def __init__(self, assets: Mapping[str, Image]) -> None:
+        keys = sorted(assets, key=len, reverse=True)
+        self.pattern = re.compile("|".join(map(re.escape, keys))) if keys else None
+
+    def find(self, value: Any, found: list[str]) -> list[str]:
+        """Append every placeholder occurrence in the string values of `value` (not keys), in order."""
+        if self.pattern is None:
+            return found
+        if isinstance(value, str):
+            found.extend(m.group(0) for m in self.pattern.finditer(value))
+        elif isinstance(value, dict):
+            for v in value.values():
+                self.find(v, found)
+        elif isinstance(value, list):
+            for v in value:
+                self.find(v, found)
+        return found
+
+
+def _question_values(q: Any) -> list:
+    """The scanned values of a raw question: instructions, then criteria values (never keys)."""
+    if not isinstance(q, dict):
+        return []
+    criteria = q.get("criteria")
+    if isinstance(criteria, dict) and q.get("type") == "noul":
+        values = [criteria[side] for side in ("true", "false") if side in criteria]
+    elif isinstance(criteria, dict):
+        values = list(criteria.values())
+    else:
+        values = criteria if isinstance(criteria, list) else []
+    return [q.get("instructions"), *values]
+
+
+def _check_references(body: dict, assets: Mapping[str, Image], scanner: _Placeholders) -> list[dict]:
+    found = set(scanner.find(body.get("state"), []))
+    questions = body.get("questions") if isinstance(body.get("questions"), dict) else {}
+    for q in questions.values():
+        found.update(scanner.find(_question_values(q), []))
+    unused = [k for k in assets if k not in found]
+    return [
+        entry(
+            ["assets"], "value_error", f"Value error, asset {k!r} is not referenced in state, instructions or criteria"
+        )
+        for k in unused
+    ]
+
+
+# ---------------------------------------------------------------- building
+
+
+def as_text(value: Any) -> str:
+    """A "text" as the model sees it: strings as they are, objects and arrays as compact JSON."""
+    return value if isinstance(value, str) else compact_json(value)
+
+
+def _attachments(placeholders: list[str], assets: Mapping[str, Image]) -> list[Part]:
+    unique = list(dict.fromkeys(placeholders))
+    return [x for ph in unique for x in (Text(f"Image reference: {ph}"), assets[ph])]
+
+
+def _side(criteria: dict, side: str, default: str) -> str | None:
+    """A noul side: absent keeps the default description, null removes it, text replaces it."""
+    if side not in criteria:
+        return default
+    return None if criteria[side] is None else as_text(criteria[side])
+
+
+def _question(q: dict, assets: Mapping[str, Image], scanner: _Placeholders) -> tuple[Question, tuple | None]:
+    kind = q["type"]
+    instructions = "" if q.get("instructions") is None else as_text(q["instructions"])
+    attachments = _attachments(scanner.find(_question_values(q), []), assets)
+    if kind == "noul":
+        criteria = q.get("criteria") or {}
+        true, false = _side(criteria, "true", DEFAULT_TRUE), _side(criteria, "false", DEFAULT_FALSE)
+        return Question.predicate(instructions, true=true, false=false, attachments=attachments), None
+    if kind == "choice":
+        options = [Option(name, None if d is None else as_text(d)) for name, d in q["criteria"].items()]
+        return Question("choice", instructions, tuple(options), tuple(attachments)), None
+    levels = q["criteria"]
+    options = [Option(as_text(level) if level != "" else str(i)) for i, level in enumerate(levels)]
+    return Question("score", instructions, tuple(options), tuple(attachments)), tuple(levels)
+
+
+def _input(state: Any, assets: Mapping[str, Image], scanner: _Placeholders) -> tuple[Part, ...]:
+    """The state text, then each image it references after its reference text, blocks a blank line apart."""
+    parts: list[Part] = [Text(as_text(state))]
+    for ph in dict.fromkeys(scanner.find(state, [])):
+        parts += [Text(f"\n\nImage reference: {ph}"), assets[ph]]
+    return merge_texts(parts)
+
+
+def parse(body: Any, *, parts: Mapping[str, bytes] | None = None, limits: Limits | None = None) -> Parsed:
+    """Validate a System One body (`parts`: the multipart image parts, if any) and build the request."""
+    v = _Validator(parts, limits or Limits())
+    v.body(body)
+    if not v.errors and v.assets:
+        v.errors += _check_references(body, v.assets, _Placeholders(v.assets))
+    if v.errors:
+        raise ValidationFailed(v.errors)
+    boxes = [qid for qid, q in body["questions"].items() if q["type"] == "box"]
+    if boxes:
+        raise UsageError(f"box questions are not supported by this text-scoring server (question {boxes[0]!r})")
+    scanner = _Placeholders(v.assets)
+    built = [_question(q, v.assets, scanner) for q in body["questions"].values()]
+    try:
+        request = DecisionRequest(_input(body["state"], v.assets, scanner), tuple(q for q, _ in built))
+    except InvalidRequest as e:  # the request model's own checks; ours should have caught everything
+        raise ValidationFailed([entry(list(e.path), "value_error", f"Value error, {e.message}")]) from None
+    return Parsed(request, tuple(body["questions"]), tuple(legend for _, legend in built), body["model"])
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render(decision: Decision, parsed: Parsed) -> dict:
+    """The 200 body (contract §2.6): answers keyed by id in request order."""
+    answers = {}
+    for qid, answer, legend in zip(parsed.ids, decision.answers, parsed.legends, strict=True):
+        answers[qid] = _answer(answer, legend, qid)
+    usage = {"input_tokens": int(decision.usage.input_tokens), "output_tokens": 0}
+    return {"model": decision.model, "answers": answers, "usage": usage}
+
+
+def _answer(answer, legend: tuple | None, qid: str) -> dict:
+    p = [float(x) for x in answer.probabilities]
+    check_distribution(p, f"question {qid!r}")
+    if answer.kind == "predicate":
+        return {"type": "noul", "noul": p[1]}
+    if answer.kind == "choice":
+        probabilities = {o.value: pi for o, pi in zip(answer.question.options, p, strict=True)}
+        return {
+            "type": "choice",
+            "choice": answer.best.value,
+            "confidence": answer.confidence,
+            "probabilities": probabilities,
+        }
+    return {
+        "type": "score",
+        "score": answer.score,
+        "confidence": answer.confidence,
+        "legend": {str(i): level for i, level in enumerate(legend)},
+        "probabilities": {str(i): pi for i, pi in enumerate(p)},
+    }
+
+
+def error_body(error_type: str, message: str) -> dict:
+    return {"detail": {"error_type": error_type, "message": message}}
+
+
+def validation_body(entries: list[dict]) -> dict:
+    return {"detail": entries}

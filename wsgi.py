@@ -1,0 +1,3 @@
+from decide.server import create_app
+
+app = create_app()
