@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal
 
 from .errors import InvalidRequest
 
@@ -34,7 +34,7 @@ class Image:
     media_type: str = "image/png"
 
 
-Part = Union[Text, Image]
+Part = Text | Image
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Benchmarks of decide's scoring paths (`make bench`); see bench/README.md."""
