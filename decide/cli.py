@@ -5,6 +5,7 @@
         --choice "team=billing,technical,sales" --score "anger=calm,annoyed,angry"
 
 A choice or score may carry its own question text: --choice "team:Which team should take it?=billing,technical".
+Answers come back in the order the questions were given.
 """
 
 from __future__ import annotations
@@ -13,44 +14,93 @@ import argparse
 import json
 import logging
 import sys
+from typing import Any, TextIO
 
+from . import __version__
 from .errors import DecideError
 
 BAR_WIDTH = 30
+EXAMPLES = {
+    "--noul": "refund=The customer wants money back",
+    "--choice": "team=billing,technical",
+    "--score": "anger=calm,angry",
+}
+
+
+class CLIError(Exception):
+    """A mistake on the command line; the message says what to type instead."""
+
+
+class _AddQuestion(argparse.Action):
+    """Collects --noul/--choice/--score into one list so that answers keep the command line's order."""
+
+    def __call__(self, parser, namespace, value, option_string=None) -> None:
+        namespace.questions = [*(namespace.questions or []), (option_string, value)]
 
 
 def _split_spec(spec: str, flag: str) -> tuple[str, str, str]:
     """'name[:instructions]=rest' → (name, instructions, rest)."""
-    if "=" not in spec:
-        raise argparse.ArgumentTypeError(f"{flag} expects NAME=..., got {spec!r}")
-    head, rest = spec.split("=", 1)
+    head, eq, rest = spec.partition("=")
     name, _, instructions = head.partition(":")
-    return name.strip(), (instructions or name).strip(), rest
+    name = name.strip()
+    if not eq or not name:
+        raise CLIError(f"{flag} expects NAME=..., got {spec!r} (e.g. {flag} {EXAMPLES[flag]!r})")
+    return name, (instructions or name).strip(), rest
 
 
-def systemone_body(args: argparse.Namespace) -> dict:
+def _items(text: str, flag: str, name: str) -> list[str]:
+    items = [x.strip() for x in text.split(",")]
+    if items == [""]:
+        raise CLIError(f"{flag} {name}: no options given (e.g. {flag} {EXAMPLES[flag]!r})")
+    if "" in items:
+        raise CLIError(f"{flag} {name}: empty option in {text!r}; remove the extra comma")
+    return items
+
+
+def _question(flag: str, spec: str) -> tuple[str, dict]:
+    name, instructions, rest = _split_spec(spec, flag)
+    if flag == "--noul":
+        return name, {"type": "noul", "instructions": rest}
+    items = _items(rest, flag, name)
+    if flag == "--score":
+        return name, {"type": "score", "instructions": instructions, "criteria": items}
+    duplicates = sorted({x for x in items if items.count(x) > 1})
+    if duplicates:
+        raise CLIError(f"--choice {name}: option {duplicates[0]!r} is given twice; options must be distinct")
+    return name, {"type": "choice", "instructions": instructions, "criteria": dict.fromkeys(items)}
+
+
+def systemone_body(state: str, specs: list[tuple[str, str]]) -> dict:
     """The CLI's questions as a System One request body (the CLI speaks the wire model too)."""
     questions: dict[str, dict] = {}
-    for spec in args.noul:
-        name, _, text = _split_spec(spec, "--noul")
-        questions[name] = {"type": "noul", "instructions": text}
-    for spec in args.choice:
-        name, instructions, options = _split_spec(spec, "--choice")
-        questions[name] = {
-            "type": "choice",
-            "instructions": instructions,
-            "criteria": {o.strip(): None for o in options.split(",")},
-        }
-    for spec in args.score:
-        name, instructions, levels = _split_spec(spec, "--score")
-        questions[name] = {
-            "type": "score",
-            "instructions": instructions,
-            "criteria": [x.strip() for x in levels.split(",")],
-        }
+    for flag, spec in specs:
+        name, question = _question(flag, spec)
+        if name in questions:
+            raise CLIError(f"two questions are named {name!r}; give each question its own name")
+        questions[name] = question
     if not questions:
-        raise argparse.ArgumentTypeError("ask at least one question: --noul, --choice or --score")
-    return {"model": "jev-latest", "state": args.state, "questions": questions}
+        raise CLIError("ask at least one question: --noul, --choice or --score")
+    return {"model": "jev-latest", "state": state, "questions": questions}
+
+
+def parse_body(body: dict):
+    """Validate the body as the server would, before any model is loaded."""
+    from .wire import systemone
+
+    try:
+        return systemone.parse(body)
+    except systemone.ValidationFailed as e:
+        problems = "; ".join(_problem(entry) for entry in e.entries)
+        raise CLIError(problems) from None
+    except systemone.UsageError as e:
+        raise CLIError(e.message) from None
+
+
+def _problem(entry: dict) -> str:
+    where = [str(x) for x in entry["loc"][1:]]
+    if where[:1] == ["questions"] and len(where) > 1:
+        return f"question {where[1]!r}: {entry['msg']}"
+    return f"{'.'.join(where) or 'request'}: {entry['msg']}"
 
 
 def bar(p: float) -> str:
@@ -58,29 +108,39 @@ def bar(p: float) -> str:
     return "\u2588" * full + "\u00b7" * (BAR_WIDTH - full)
 
 
-def print_answers(response: dict, out=sys.stdout) -> None:
-    for name, a in response["answers"].items():
-        if a["type"] == "noul":
-            print(f"{name} (yes/no): {a['noul']:.3f}", file=out)
-            print(f"  true   {bar(a['noul'])} {a['noul']:.3f}", file=out)
-            continue
-        probs = a["probabilities"]
-        labels = a.get("legend", {k: k for k in probs})
-        headline = f"{a['choice']}" if a["type"] == "choice" else f"{a['score']:.2f}"
-        print(f"{name} ({a['type']}): {headline}  confidence {a['confidence']:.2f}", file=out)
-        width = max(len(str(labels[k])) for k in probs)
-        for k, p in probs.items():
-            print(f"  {str(labels[k]):<{width}} {bar(p)} {p:.3f}", file=out)
-    usage = response["usage"]
-    print(f"({usage['input_tokens']} input tokens, model {response['model']})", file=out)
+def _rows(answer: dict) -> list[tuple[str, float]]:
+    if answer["type"] == "noul":
+        return [("false", 1.0 - answer["noul"]), ("true", answer["noul"])]
+    labels = answer.get("legend", {})
+    return [(str(labels.get(k, k)), p) for k, p in answer["probabilities"].items()]
+
+
+def _headline(name: str, answer: dict) -> str:
+    if answer["type"] == "noul":
+        return f"{name} (yes/no): P(true) = {answer['noul']:.3f}"
+    best = answer["choice"] if answer["type"] == "choice" else f"{answer['score']:.2f}"
+    return f"{name} ({answer['type']}): {best}  confidence {answer['confidence']:.2f}"
+
+
+def print_answers(response: dict, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    for name, answer in response["answers"].items():
+        print(_headline(name, answer), file=out)
+        rows = _rows(answer)
+        width = max(len(label) for label, _ in rows)
+        for label, p in rows:
+            print(f"  {label:<{width}} {bar(p)} {p:.3f}", file=out)
+    print(f"({response['usage']['input_tokens']} input tokens, model {response['model']})", file=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .core import Decider
+    from .wire import systemone
 
-    body = systemone_body(args)
+    state = sys.stdin.read() if args.state == "-" else args.state
+    parsed = parse_body(systemone_body(state, args.questions or []))
     decider = Decider.load(args.model, progress=not args.quiet)
-    response = decider.decide_systemone(body)
+    response: dict[str, Any] = systemone.render(decider.decide(parsed.request), parsed)
     if args.json:
         print(json.dumps(response, ensure_ascii=False, indent=2, allow_nan=False))
     else:
@@ -92,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="decide", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="answer questions about a text and print the probabilities")
     run.add_argument(
@@ -101,14 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="alias, model folder, .gguf path or HF id (default: $DECIDE_MODEL or qwen2.5-coder-1.5b)",
     )
     run.add_argument("-s", "--state", required=True, help="the text the questions are about ('-' reads stdin)")
-    run.add_argument("--noul", action="append", default=[], metavar="NAME=QUESTION", help="a yes/no question")
+    run.add_argument("--noul", action=_AddQuestion, dest="questions", metavar="NAME=QUESTION", help="a yes/no question")
     run.add_argument(
-        "--choice", action="append", default=[], metavar="NAME[:QUESTION]=A,B,C", help="a choice among options"
+        "--choice",
+        action=_AddQuestion,
+        dest="questions",
+        metavar="NAME[:QUESTION]=A,B,C",
+        help="a choice among options",
     )
     run.add_argument(
         "--score",
-        action="append",
-        default=[],
+        action=_AddQuestion,
+        dest="questions",
         metavar="NAME[:QUESTION]=LOW,...,HIGH",
         help="a score over ordered levels",
     )
@@ -121,16 +186,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if getattr(args, "quiet", False) else logging.INFO, format="%(message)s")
-    if getattr(args, "state", None) == "-":
-        args.state = sys.stdin.read()
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     try:
         return args.func(args)
-    except argparse.ArgumentTypeError as e:
-        parser.error(str(e))
+    except CLIError as e:
+        parser.exit(2, f"decide: error: {e}\n")
     except DecideError as e:
         print(f"decide: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("decide: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 
