@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from decide.answers import Answer, Decision, Usage, softmax
-from decide.errors import ContextLengthExceeded, UnsupportedInput
+from decide.errors import ContextLengthExceeded, DecideError, UnsupportedInput
 from decide.request import DecisionRequest, Image, Part, Question
 
 
@@ -32,8 +35,18 @@ def option_score(text: str, index: int) -> float:
     return int.from_bytes(h[:8], "big") / 2**64 * 8.0 - 4.0
 
 
+@dataclass(frozen=True)
+class Prepared:
+    input_tokens: int
+
+
 class FakeDecider:
-    """Stands in for decide.core.Decider at the server seam."""
+    """Stands in for decide.core.Decider at the server seam.
+
+    `gate` (anything with `wait()`, e.g. an Event), when set up, holds every decide_batch call
+    until it opens; `entered` is set when a call starts; `batches` records the size of every
+    decide_batch call and `prepared` every prepare().
+    """
 
     def __init__(
         self, model_id: str = "fake/decider-1", supports_images: bool = False, context_chars: int | None = None
@@ -51,7 +64,36 @@ class FakeDecider:
         self.calls: list[DecisionRequest] = []
         self.fail_with: BaseException | None = None  # raised by the next decide(), once
         self.bad_probabilities: list[float] | None = None  # returned for every question when set
+        self.gate: Any = None
+        self.batches: list[int] = []
+        self.prepared: list[DecisionRequest] = []
+        self.entered = threading.Event()  # set when a decide_batch call starts
         self._lock = threading.Lock()
+
+    def prepare(self, request: DecisionRequest) -> Prepared:
+        """What the core does before scoring: the image and context checks, and the token count."""
+        with self._lock:
+            self.prepared.append(request)
+        if request.images and not self.supports_images:
+            raise UnsupportedInput("the fake model reads text only", request.images[0][0])
+        for i, q in enumerate(request.questions):
+            if self.context_chars is not None and len(seen_text(request, q)) > self.context_chars:
+                raise ContextLengthExceeded(f"question {i} is too long for the fake model", question_index=i)
+        return Prepared(sum(_tokens(seen_text(request, q), q) for q in request.questions))
+
+    def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision | DecideError]:
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait()
+        with self._lock:
+            self.batches.append(len(requests))
+        out: list[Decision | DecideError] = []
+        for r in requests:
+            try:
+                out.append(self.decide(r))
+            except DecideError as e:
+                out.append(e)
+        return out
 
     def decide(self, request: DecisionRequest) -> Decision:
         with self._lock:
@@ -72,5 +114,9 @@ class FakeDecider:
             if self.bad_probabilities is not None:
                 p = tuple(self.bad_probabilities)
             answers.append(Answer(q, p, tuple(scores)))
-            tokens += len(text) // 4 + 2 * len(q.options)
+            tokens += _tokens(text, q)
         return Decision(self.model_id, tuple(answers), Usage(input_tokens=tokens, computed_tokens=tokens))
+
+
+def _tokens(text: str, q: Question) -> int:
+    return len(text) // 4 + 2 * len(q.options)

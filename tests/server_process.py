@@ -23,6 +23,16 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 
 
+def tiny_model_env(root: Path, **extra: str) -> dict[str, str]:
+    """Environment for `wsgi:app` on the tiny test model, converted into `root`'s own cache."""
+    from tiny_model import write_tiny_gguf
+
+    model = root / "tiny.gguf"
+    if not model.exists():
+        write_tiny_gguf(model)
+    return {"DECIDE_MODEL": str(model), "DECIDE_CACHE_DIR": str(root / "cache"), "DECIDE_API_KEY": "", **extra}
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -58,16 +68,40 @@ class ServerProcess:
         return server
 
     def wait_ready(self, timeout: float) -> dict:
+        """Wait until /health says "ok" (the model is loaded); return that body."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gunicorn exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    return json.loads(r.read())
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.2)
-        raise TimeoutError(f"gunicorn did not answer /health within {timeout} s:\n{self.log_tail()}")
+            health = self.health()
+            if health is not None and health.get("status") == "ok":
+                return health
+            time.sleep(0.2)
+        raise TimeoutError(f"gunicorn did not become ready within {timeout} s:\n{self.log_tail()}")
+
+    def health(self) -> dict | None:
+        """The /health body (whatever its status), or None while nothing answers."""
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return json.loads(e.read())
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return None
+
+    def metrics(self) -> dict[str, float]:
+        """/metrics as {"name{labels}": value} (samples only, comments dropped)."""
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
     def log_tail(self, n: int = 40) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])

@@ -1,21 +1,24 @@
-"""The Flask app: both wire protocols over one decider (contract §0–§2).
+"""The Flask app: both wire protocols over one engine that owns the decider (contract §0–§2).
 
-    app = create_app()                                  # loads Decider.load(DECIDE_MODEL)
+    app = create_app()                                  # loads Decider.load(DECIDE_MODEL) in the background
     app = create_app(ServerConfig(api_key="k"), decider=my_fake)   # tests
 
-The decider is anything with `model_id`, `supports_images`, `info` and `decide(DecisionRequest)`.
+A request: guard (Host, Origin, header sizes) → key → body (size caps, zstd, JSON depth) →
+protocol parse → limits → engine.prepare (tokenize, context check) → queue → decide_batch → render.
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-import threading
+import os
+import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 from flask import Flask, Response, current_app, g, request
 
@@ -37,10 +40,18 @@ from ..wire.common import (
     parse_multipart,
 )
 from ..wire.images import fetch_remote
+from . import limits
 from .config import ServerConfig
-from .errors import Overloaded, Unauthorized, UnknownModel, family, json_response, problem_for
+from .engine import DeciderLike, Engine, EngineOptions, conversion_progress
+from .errors import BudgetExceeded, Unauthorized, Unavailable, UnknownModel, family, json_response, problem_for
+from .hardening import Guard, check_json, client_alive
+from .memory import cap_mlx_cache, tame_malloc
+from .metrics import Metrics, log_access
+from .openapi import openapi_document
 
 log = logging.getLogger("decide.server")
+
+DRAIN_SECONDS = 10.0
 
 ROUTES = [
     {"method": "POST", "path": "/v1/decisions", "protocol": "OpenAI Decisions"},
@@ -48,15 +59,9 @@ ROUTES = [
     {"method": "GET", "path": "/v1/models", "protocol": "OpenAI + TypeSafe"},
     {"method": "GET", "path": "/v1", "protocol": "route index"},
     {"method": "GET", "path": "/health", "protocol": "server status"},
+    {"method": "GET", "path": "/metrics", "protocol": "Prometheus text format"},
+    {"method": "GET", "path": "/openapi.json", "protocol": "OpenAPI 3.1"},
 ]
-
-
-class DeciderLike(Protocol):
-    model_id: str
-    supports_images: bool
-    info: dict
-
-    def decide(self, request: DecisionRequest) -> Decision: ...
 
 
 @dataclass
@@ -64,34 +69,74 @@ class State:
     """What the app keeps in `app.extensions["decide"]`."""
 
     config: ServerConfig
-    decider: DeciderLike
+    engine: Engine
+    metrics: Metrics
+    guard: Guard
     limits: Limits
-    admission: threading.BoundedSemaphore
     started: float
 
-    def accepted_models(self) -> set[str]:
-        return {self.decider.model_id, OPENAI_ALIAS, SYSTEMONE_ALIAS, *self.config.aliases}
+    def accepted_models(self, served: str) -> set[str]:
+        return {served, OPENAI_ALIAS, SYSTEMONE_ALIAS, *self.config.aliases}
 
 
-def create_app(config: ServerConfig | None = None, decider: DeciderLike | None = None) -> Flask:
-    """The WSGI app. Without a decider, loads `Decider.load(config.model)` (a bad model fails here)."""
+def create_app(
+    config: ServerConfig | None = None,
+    decider: DeciderLike | None = None,
+    *,
+    load: Callable[[], DeciderLike] | None = None,
+) -> Flask:
+    """The WSGI app. Without a decider, `load` (default: Decider.load(config.model)) runs in the
+    engine thread; with background_load off it runs here, so a bad model fails at start-up."""
     config = config or ServerConfig.from_env()
-    if decider is None:
-        from ..core import Decider
-
-        decider = Decider.load(config.model)
+    load = load or _loader(config)
+    if decider is None and not config.background_load:
+        decider = load()
+    metrics = Metrics()
+    engine = Engine(
+        EngineOptions(config.max_pending, config.batch_max_tokens, config.batch_max_questions, config.retry_after_s),
+        decider=decider,
+        load=load,
+        observer=metrics,
+        on_load_error=_exit_process if config.exit_on_load_error else None,
+    )
+    metrics.watch(engine)
     app = Flask("decide.server")
     app.config.update(MAX_CONTENT_LENGTH=config.max_body_bytes, PROVIDE_AUTOMATIC_OPTIONS=False)
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    limits = Limits(config.max_questions, fetch_remote if config.fetch_remote_images else None)
-    app.extensions["decide"] = State(
-        config, decider, limits, threading.BoundedSemaphore(config.max_pending), time.time()
-    )
+    limits_ = Limits(config.max_questions, fetch_remote if config.fetch_remote_images else None)
+    app.extensions["decide"] = State(config, engine, metrics, Guard(config), limits_, time.time())
     app.before_request(_before)
     app.after_request(_after)
     app.register_error_handler(Exception, _on_error)
     _routes(app)
+    engine.start()
     return app
+
+
+def _loader(config: ServerConfig) -> Callable[[], DeciderLike]:
+    def load() -> DeciderLike:
+        from ..core import Decider, DeciderOptions
+        from ..scoring.trie import TrieOptions
+
+        if config.tune_malloc:
+            tame_malloc()
+        options = None
+        if config.prefix_cache_bytes is not None:
+            options = DeciderOptions(trie=TrieOptions(cache_bytes=config.prefix_cache_bytes))
+        decider = Decider.load(config.model, options)
+        cap_mlx_cache(config.mlx_cache_bytes)
+        return decider
+
+    return load
+
+
+def _exit_process(exc: BaseException) -> None:
+    """No model, nothing to serve: end the worker with gunicorn's "App failed to load" code, so
+    gunicorn stops with the reason in its log instead of restarting a worker that cannot load."""
+    for handler in [*logging.getLogger().handlers, *logging.getLogger("decide").handlers]:
+        handler.flush()
+    print(f"decide: the model failed to load: {exc}", file=sys.stderr, flush=True)
+    os._exit(4)
 
 
 def _state() -> State:
@@ -103,7 +148,11 @@ def _state() -> State:
 
 def _before() -> None:
     g.request_id = "req_" + uuid.uuid4().hex
-    key = _state().config.api_key
+    g.started = time.perf_counter()
+    g.obs = {}
+    state = _state()
+    state.guard.check(request.method, request.headers.items())
+    key = state.config.api_key
     if key and request.url_rule is not None and request.path.startswith("/v1"):
         _check_key(request.headers.get("Authorization", ""), key)
 
@@ -118,15 +167,29 @@ def _check_key(header: str, key: str) -> None:
 
 
 def _after(response: Response) -> Response:
+    _drain_body()
     rid = g.get("request_id") or "req_" + uuid.uuid4().hex
     response.headers["x-request-id"] = rid
     response.headers["x-typesafe-request-id"] = rid
+    _observe(rid, response.status_code)
     return response
+
+
+def _observe(rid: str, status: int) -> None:
+    """Metrics and the access-log line. Only the matched route's pattern is a label (bounded)."""
+    seconds = time.perf_counter() - g.get("started", time.perf_counter())
+    route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+    state = _state()
+    state.metrics.request_done(route, status, seconds)
+    record = {"request_id": rid, "method": request.method, "route": route, "status": status}
+    record.update(g.get("obs") or {})
+    record["duration_ms"] = round(seconds * 1000, 2)
+    log_access(record)
 
 
 def _on_error(exc: Exception) -> Response:
     problem = problem_for(exc, family(request.path), g.get("image_params"))
-    if problem.status >= 500:
+    if problem.status >= 500 and not isinstance(exc, Unavailable):
         log.error("request %s %s %s failed", g.get("request_id"), request.method, request.path, exc_info=exc)
     else:
         log.debug("request %s: %s %s", g.get("request_id"), problem.status, problem.message)
@@ -147,18 +210,25 @@ def _routes(app: Flask) -> None:
     app.add_url_rule("/v1/models", "models", _models, methods=["GET"])
     app.add_url_rule("/v1", "index", _index, methods=["GET"])
     app.add_url_rule("/health", "health", _health, methods=["GET"])
+    app.add_url_rule("/metrics", "metrics", _metrics, methods=["GET"])
+    app.add_url_rule("/openapi.json", "openapi", _openapi, methods=["GET"])
 
 
 def _decisions() -> Response:
     state = _state()
-    parsed = openai.parse(loads_object(_read_body()), limits=state.limits)
+    state.engine.ready_decider()  # 503 while loading, before the body is read
+    body = loads_object(_read_body())
+    check_json(body, state.config.max_json_depth)
+    parsed = openai.parse(body, limits=state.limits)
     g.image_params = parsed.image_params
     _check_model(parsed.model)
+    limits.check_openai(parsed.request, state.config)
     return json_response(openai.render(_decide(parsed.request), parsed))
 
 
 def _systemone() -> Response:
     state = _state()
+    state.engine.ready_decider()
     raw = _read_body()
     content_type = request.headers.get("Content-Type", "")
     parts = None
@@ -170,16 +240,19 @@ def _systemone() -> Response:
         )
     else:
         body = loads_strict(raw)
+    check_json(body, state.config.max_json_depth)
     parsed = systemone.parse(body, parts=parts, limits=state.limits)
     _check_model(parsed.model)
+    limits.check_systemone(parsed.request, parsed.ids, state.config)
     return json_response(systemone.render(_decide(parsed.request), parsed))
 
 
 def _models() -> Response:
     state = _state()
+    decider = state.engine.ready_decider()
     started = int(state.started)
     day = datetime.fromtimestamp(started, timezone.utc).strftime("%Y-%m-%d")
-    return json_response(models_body(state.decider.model_id, state.config.aliases, started, day))
+    return json_response(models_body(decider.model_id, state.config.aliases, started, day))
 
 
 def _index() -> Response:
@@ -187,10 +260,27 @@ def _index() -> Response:
 
 
 def _health() -> Response:
-    decider = _state().decider
-    info: dict[str, Any] = {"status": "ok", "model": decider.model_id, **dict(decider.info)}
-    info["supports_images"] = bool(decider.supports_images)
-    return json_response(info)
+    """Liveness: 200 while loading (with progress) and when ready; 503 once the model failed to load."""
+    engine = _state().engine
+    base: dict[str, Any] = {"pid": os.getpid(), "queue_depth": engine.queue_depth, "running": engine.running}
+    if engine.phase == "ready" and engine.decider is not None:
+        decider = engine.decider
+        info: dict[str, Any] = {"status": "ok", "model": decider.model_id, **dict(decider.info)}
+        info["supports_images"] = bool(decider.supports_images)
+        return json_response({**info, **base})
+    if engine.phase == "failed":
+        return json_response({"status": "failed", "error": engine.load_error, **base}, 503)
+    elapsed = round(time.monotonic() - engine.load_started, 1)
+    progress = conversion_progress()
+    return json_response({"status": "loading", "elapsed_s": elapsed, "progress": progress, **base})
+
+
+def _metrics() -> Response:
+    return Response(_state().metrics.render(), mimetype="text/plain; version=0.0.4")
+
+
+def _openapi() -> Response:
+    return json_response(openapi_document())
 
 
 # ---------------------------------------------------------------- helpers
@@ -207,21 +297,63 @@ def _read_body() -> bytes:
     return decode_body(raw, request.headers.get("Content-Encoding"), cap)
 
 
+def _drain_body() -> None:
+    """Read and drop what is left of the request body (for at most DRAIN_SECONDS). gunicorn drains
+    only 64 KiB of an unread body (a 413, a 401 before the body...) and then closes a connection it
+    answered as keep-alive, which a client that reuses it sees as a dropped connection."""
+    stream = request.environ.get("wsgi.input")
+    stop = time.monotonic() + DRAIN_SECONDS
+    try:
+        while stream is not None and time.monotonic() < stop and stream.read(1 << 20):
+            pass
+    except Exception:  # the client is gone or sent a broken chunk: gunicorn closes the connection anyway
+        pass
+
+
 def _check_model(name: str) -> None:
     state = _state()
-    if state.config.strict_models and name not in state.accepted_models():
+    served = state.engine.ready_decider().model_id
+    if state.config.strict_models and name not in state.accepted_models(served):
         raise UnknownModel(name)
 
 
 def _decide(req: DecisionRequest) -> Decision:
+    """Prepare in this thread (a request that cannot fit is refused before it queues), then wait
+    for the engine. The deadline bounds the wait in the queue, not the compute."""
     state = _state()
+    engine = state.engine
+    decider = engine.ready_decider()
     found = req.images
-    if found and not state.decider.supports_images:
+    if found and not decider.supports_images:
         path, _ = found[0]
-        raise UnsupportedInput(f"model {state.decider.model_id} reads text only and cannot take images", path)
-    if not state.admission.acquire(blocking=False):
-        raise Overloaded()
+        raise UnsupportedInput(f"model {decider.model_id} reads text only and cannot take images", path)
+    g.obs["questions"] = len(req.questions)
+    work = engine.prepare(req)
+    if work.exact and work.tokens > state.config.max_request_tokens:
+        raise BudgetExceeded(
+            f"the request has {work.tokens} input tokens; this server takes at most {state.config.max_request_tokens}"
+        )
+    job = engine.submit(work, _deadline(state.config), client_alive(request.environ.get("gunicorn.socket")))
     try:
-        return state.decider.decide(req)
+        decision = engine.wait(job)
     finally:
-        state.admission.release()
+        g.obs.update(
+            queue_ms=round(job.queue_seconds * 1000, 2),
+            compute_ms=round(job.compute_seconds * 1000, 2),
+            batch=job.batch_size,
+        )
+    g.obs.update(input_tokens=decision.usage.input_tokens, cached_tokens=decision.usage.cached_tokens)
+    return decision
+
+
+def _deadline(config: ServerConfig) -> float:
+    """Now + the configured deadline, shortened by the OpenAI SDK's own read timeout if it sent one."""
+    budget = config.deadline_s
+    raw = request.headers.get("x-stainless-read-timeout", "")
+    try:
+        client = float(raw)
+    except ValueError:
+        client = 0.0
+    if 0 < client < budget:
+        budget = client
+    return time.monotonic() + budget

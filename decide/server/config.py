@@ -1,15 +1,19 @@
-"""Server settings: one small dataclass, read from the environment by `ServerConfig.from_env`."""
+"""Server settings: one small dataclass, read from the environment by `ServerConfig.from_env`.
+
+Every limit is a clear 4xx when crossed; the defaults are listed in README.md ("Deployment").
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..wire.common import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUESTIONS
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
+_SPECIAL = ("api_key", "aliases", "model")  # strings where empty means unset
 
 
 @dataclass(frozen=True)
@@ -28,44 +32,101 @@ class ServerConfig:
     fetch_remote_images: bool = False
     # [DECIDE_MAX_QUESTIONS] questions per request (OpenAI never more than 400).
     max_questions: int = DEFAULT_MAX_QUESTIONS
-    # [DECIDE_MAX_PENDING] requests admitted to the model at once; more get an immediate 429 + Retry-After.
+    # [DECIDE_MAX_PENDING] requests waiting for the engine; one more gets an immediate 429 + Retry-After.
     max_pending: int = 32
     # [DECIDE_MODEL] the model create_app loads when it is given no decider (None = Decider.load's default).
     model: str | None = None
+    # [DECIDE_DEADLINE_S] longest wait in the queue; a request still queued then is dropped (503 + Retry-After).
+    # An OpenAI SDK's own timeout (x-stainless-read-timeout) shortens it.
+    deadline_s: float = 60.0
+    # [DECIDE_BATCH_MAX_TOKENS] input tokens merged into one decide_batch call (a larger request runs alone).
+    batch_max_tokens: int = 8192
+    # [DECIDE_BATCH_MAX_QUESTIONS] questions merged into one decide_batch call.
+    batch_max_questions: int = 64
+    # [DECIDE_MAX_REQUEST_TOKENS] input tokens of one request (usage.input_tokens); more is a 400 before compute.
+    max_request_tokens: int = 1 << 20
+    # [DECIDE_MAX_OPTIONS] choices or levels per question (the protocols allow at most 255 and 10).
+    max_options: int = 255
+    # [DECIDE_MAX_IMAGES] images per request.
+    max_images: int = 128
+    # [DECIDE_MAX_JSON_DEPTH] nesting depth of a JSON body (System One states may nest 64 levels themselves).
+    max_json_depth: int = 100
+    # [DECIDE_MAX_HEADER_BYTES] total size of the request headers (names + values); 431 beyond.
+    max_header_bytes: int = 32 * 1024
+    # [DECIDE_MAX_HEADERS] number of request headers; 431 beyond.
+    max_headers: int = 100
+    # [DECIDE_ALLOWED_HOSTS] Host names accepted besides localhost, IP literals and the bind host ("*": any).
+    allowed_hosts: tuple[str, ...] = ()
+    # [DECIDE_ALLOWED_ORIGINS] browser origins (scheme://host[:port]) allowed besides localhost pages ("*": any).
+    allowed_origins: tuple[str, ...] = ()
+    # [DECIDE_BIND] the address gunicorn binds (its host is an accepted Host name).
+    bind: str = "127.0.0.1:8000"
+    # [DECIDE_PREFIX_CACHE_BYTES] prefix-cache budget of the loaded Decider (None = the core's default).
+    prefix_cache_bytes: int | None = None
+    # [DECIDE_MLX_CACHE_BYTES] cap on MLX's buffer cache, so memory stays flat under varied requests.
+    mlx_cache_bytes: int = 256 << 20
+    # [DECIDE_TUNE_MALLOC] two malloc arenas and mmapped large blocks (glibc), so RSS does not creep.
+    tune_malloc: bool = True
+    # [DECIDE_BACKGROUND_LOAD] load the model in the engine thread; /health says "loading" until it is ready.
+    background_load: bool = True
+    # [DECIDE_EXIT_ON_LOAD_ERROR] a model that fails to load ends the process (gunicorn then stops, with the reason).
+    exit_on_load_error: bool = True
+    # [DECIDE_RETRY_AFTER_S] the Retry-After of 429 and 503 answers.
+    retry_after_s: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ServerConfig:
         env = os.environ if env is None else env
-        d = cls()
-        return cls(
-            api_key=env.get("DECIDE_API_KEY") or None,
-            max_body_bytes=_int(env, "DECIDE_MAX_BODY_BYTES", d.max_body_bytes),
-            strict_models=_bool(env, "DECIDE_STRICT_MODELS", d.strict_models),
-            aliases=tuple(a.strip() for a in env.get("DECIDE_MODEL_ALIASES", "").split(",") if a.strip()),
-            fetch_remote_images=_bool(env, "DECIDE_FETCH_REMOTE_IMAGES", d.fetch_remote_images),
-            max_questions=_int(env, "DECIDE_MAX_QUESTIONS", d.max_questions),
-            max_pending=_int(env, "DECIDE_MAX_PENDING", d.max_pending),
-            model=env.get("DECIDE_MODEL") or None,
-        )
+        values: dict = {}
+        for f in fields(cls):
+            name, raw = "DECIDE_" + f.name.upper(), env.get("DECIDE_" + f.name.upper())
+            if f.name in _SPECIAL or raw is None or (not raw.strip() and not isinstance(f.default, bool)):
+                continue
+            values[f.name] = _parse(name, raw, f.default)
+        values["api_key"] = env.get("DECIDE_API_KEY") or None
+        values["aliases"] = _names(env.get("DECIDE_MODEL_ALIASES", ""))
+        values["model"] = env.get("DECIDE_MODEL") or None
+        return cls(**values)
+
+    @property
+    def bind_host(self) -> str:
+        """The host part of `bind` ("127.0.0.1:8000" → "127.0.0.1", "[::1]:80" → "[::1]")."""
+        host = self.bind.removeprefix("tcp://")
+        if host.startswith("unix:"):
+            return ""
+        if host.startswith("["):
+            return host[: host.find("]") + 1]
+        return host.rsplit(":", 1)[0] if ":" in host else host
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
+def _parse(name: str, raw: str, default: object) -> object:
+    """One environment value, typed like the field's default."""
+    if isinstance(default, bool):
+        return _bool(name, raw)
+    if isinstance(default, tuple):
+        return _names(raw)
+    if isinstance(default, float):
+        return _number(name, raw, float)
+    if isinstance(default, int) or default is None:
+        return _number(name, raw, int)
+    return raw.strip()
+
+
+def _names(raw: str) -> tuple[str, ...]:
+    return tuple(a.strip() for a in raw.split(",") if a.strip())
+
+
+def _number(name: str, raw: str, kind: type) -> int | float:
     try:
-        value = int(raw)
+        value = kind(raw.strip())
     except ValueError:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+        raise ValueError(f"{name} must be a positive {'integer' if kind is int else 'number'}, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"{name} must be positive, got {raw!r}")
     return value
 
 
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None:
-        return default
+def _bool(name: str, raw: str) -> bool:
     if raw.strip().lower() in _TRUE:
         return True
     if raw.strip().lower() in _FALSE:

@@ -19,6 +19,10 @@ from ..wire.common import MalformedBody, WireError
 RETRY_AFTER_S = 1
 
 
+def retry_headers(seconds: int) -> dict[str, str]:
+    return {"Retry-After": str(seconds), "retry-after-ms": str(seconds * 1000)}
+
+
 class Unauthorized(Exception):
     """No usable `Authorization: Bearer` header (`missing`), or the wrong key."""
 
@@ -34,7 +38,39 @@ class UnknownModel(Exception):
 
 
 class Overloaded(Exception):
-    """Too many requests are already waiting for the model."""
+    """Too many requests are already waiting for the model (429)."""
+
+    def __init__(self, retry_after: int = RETRY_AFTER_S) -> None:
+        super().__init__("the server is busy; retry shortly")
+        self.retry_after = retry_after
+
+
+class Unavailable(Exception):
+    """503 + Retry-After: the model is still loading (`code` "model_loading"), failed to load
+    ("model_load_failed"), or the request waited in the queue past its deadline ("queue_timeout")."""
+
+    def __init__(self, message: str, code: str, retry_after: int = RETRY_AFTER_S) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.retry_after = retry_after
+
+
+class Forbidden(Exception):
+    """403: a Host or Origin that this server does not serve (DNS rebinding, cross-site requests)."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class HeadersTooLarge(Exception):
+    """431: too many request headers, or too many bytes of them."""
+
+
+class BudgetExceeded(Exception):
+    """400: a request whose input tokens exceed the per-request budget, refused before compute."""
 
 
 def family(path: str) -> str:
@@ -95,16 +131,8 @@ def problem_for(exc: BaseException, fam: str, image_params: dict | None = None) 
     if isinstance(exc, UnknownModel):
         status = 404 if fam == "openai" else 400
         return Problem(status, str(exc), "model_not_found", "model")
-    if isinstance(exc, Overloaded):
-        headers = {"Retry-After": str(RETRY_AFTER_S), "retry-after-ms": str(RETRY_AFTER_S * 1000)}
-        return Problem(
-            429,
-            "the server is busy; retry shortly",
-            "rate_limit_exceeded",
-            type="rate_limit_error",
-            error_type="rate_limit_error",
-            headers=headers,
-        )
+    if isinstance(exc, (Overloaded, Unavailable, Forbidden, HeadersTooLarge, BudgetExceeded)):
+        return _serving(exc)
     if isinstance(exc, DecideError):
         return _domain(exc, image_params or {})
     if isinstance(exc, HTTPException):
@@ -112,6 +140,33 @@ def problem_for(exc: BaseException, fam: str, image_params: dict | None = None) 
     return Problem(
         500, "the server failed to answer this request", None, type="server_error", error_type="internal_error"
     )
+
+
+def _serving(exc: Exception) -> Problem:
+    """The problems the serving layer adds (admission, readiness, hardening, budgets)."""
+    if isinstance(exc, Overloaded):
+        return Problem(
+            429,
+            str(exc),
+            "rate_limit_exceeded",
+            type="rate_limit_error",
+            error_type="rate_limit_error",
+            headers=retry_headers(exc.retry_after),
+        )
+    if isinstance(exc, Unavailable):
+        return Problem(
+            503,
+            exc.message,
+            exc.code,
+            type="server_error",
+            error_type="overloaded_error",
+            headers=retry_headers(exc.retry_after),
+        )
+    if isinstance(exc, Forbidden):
+        return Problem(403, exc.message, exc.code, error_type="permission_denied")
+    if isinstance(exc, HeadersTooLarge):
+        return Problem(431, str(exc), "request_header_fields_too_large", error_type="request_header_fields_too_large")
+    return Problem(400, str(exc), "token_budget_exceeded")
 
 
 def _auth(exc: Unauthorized, fam: str) -> Problem:

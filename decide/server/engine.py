@@ -1,0 +1,329 @@
+"""The engine: one thread per process owns the decider and drains a bounded queue.
+
+    request thread ── prepare (validate, tokenize, context check) ── submit ──► queue (≤ max_pending)
+                                                                      full: Overloaded (429) at once
+    engine thread  ◄── take the oldest job + whatever else fits the batch budget
+                   ──► drop jobs whose deadline passed or whose client left: they never run
+                   ──► decider.decide_batch([...]) ──► each job's slot: Decision | DecideError
+
+The engine thread also loads the decider, so a server answers /health while a model converts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from ..answers import Decision
+from ..errors import DecideError
+from ..request import DecisionRequest, Text
+from .errors import Overloaded, Unavailable
+
+log = logging.getLogger("decide.server.engine")
+
+Phase = Literal["loading", "ready", "failed"]
+Outcome = Decision | BaseException
+
+
+class DeciderLike(Protocol):
+    """What the server needs of decide.core.Decider. An optional `prepare(request)` that validates
+    and tokenizes (raising ContextLengthExceeded) and returns an object with `input_tokens` lets
+    the server refuse a request before it queues and budget batches in real tokens."""
+
+    model_id: str
+    supports_images: bool
+    info: dict
+
+    def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision | DecideError]: ...
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    max_pending: int = 32  # jobs waiting (not running); one more is refused
+    batch_max_tokens: int = 8192  # input tokens merged into one decide_batch call
+    batch_max_questions: int = 64  # questions merged into one decide_batch call
+    retry_after_s: int = 1
+
+
+@dataclass(frozen=True)
+class Work:
+    """A request ready to queue: `tokens` are its input tokens, exact when the decider prepared it."""
+
+    request: DecisionRequest
+    tokens: int
+    exact: bool
+
+    @property
+    def questions(self) -> int:
+        return len(self.request.questions)
+
+
+class Job:
+    """One queued request. States: queued → running → done, or queued → dropped."""
+
+    def __init__(self, work: Work, deadline: float, alive: Callable[[], bool]) -> None:
+        self.work = work
+        self.deadline = deadline  # time.monotonic() after which it must not start
+        self.alive = alive  # False once the client has hung up
+        self.state = "queued"
+        self.enqueued = time.monotonic()
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.batch_size = 0
+        self.outcome: Outcome | None = None
+        self.done = threading.Event()
+
+    @property
+    def queue_seconds(self) -> float:
+        return (self.started or self.finished or time.monotonic()) - self.enqueued
+
+    @property
+    def compute_seconds(self) -> float:
+        return (self.finished - self.started) if self.started and self.finished else 0.0
+
+
+class EngineObserver(Protocol):
+    def rejected(self, reason: str) -> None: ...
+
+    def dropped(self, job: Job, reason: str) -> None: ...
+
+    def batch(self, jobs: list[Job], seconds: float) -> None: ...
+
+
+class _Quiet:
+    def rejected(self, reason: str) -> None:
+        pass
+
+    def dropped(self, job: Job, reason: str) -> None:
+        pass
+
+    def batch(self, jobs: list[Job], seconds: float) -> None:
+        pass
+
+
+class Engine:
+    def __init__(
+        self,
+        options: EngineOptions | None = None,
+        *,
+        decider: DeciderLike | None = None,
+        load: Callable[[], DeciderLike] | None = None,
+        observer: EngineObserver | None = None,
+        on_load_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        assert decider is not None or load is not None, "an engine needs a decider or a way to load one"
+        self.options = options or EngineOptions()
+        self.decider = decider
+        self.phase: Phase = "ready" if decider is not None else "loading"
+        self.load_error: str | None = None
+        self.load_started = time.monotonic()
+        self._load = load
+        self._on_load_error = on_load_error
+        self.observer: EngineObserver = observer or _Quiet()
+        self._queue: deque[Job] = deque()
+        self.running = 0  # jobs in the batch being decided now
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._main, name="decide-engine", daemon=True)
+
+    # ------------------------------------------------------------ request-thread side
+
+    def start(self) -> Engine:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def ready_decider(self) -> DeciderLike:
+        """The decider, or Unavailable (503) while it loads or after it failed to."""
+        if self.phase == "ready" and self.decider is not None:
+            return self.decider
+        retry = self.options.retry_after_s
+        if self.phase == "failed":
+            raise Unavailable(f"the model failed to load: {self.load_error}", "model_load_failed", retry)
+        raise Unavailable("the model is still loading; retry shortly", "model_loading", retry)
+
+    def prepare(self, request: DecisionRequest) -> Work:
+        """Validate and count `request` before it queues (context overflow is raised here when the decider can)."""
+        decider = self.ready_decider()
+        prepare = getattr(decider, "prepare", None)
+        if prepare is None:
+            return Work(request, estimate_tokens(request), exact=False)
+        return Work(request, int(prepare(request).input_tokens), exact=True)
+
+    def submit(self, work: Work, deadline: float, alive: Callable[[], bool] = lambda: True) -> Job:
+        """Queue `work`, or raise Overloaded at once when max_pending jobs already wait."""
+        self.ready_decider()
+        job = Job(work, deadline, alive)
+        with self._cond:
+            if len(self._queue) >= self.options.max_pending:
+                self.observer.rejected("queue_full")
+                raise Overloaded(self.options.retry_after_s)
+            self._queue.append(job)
+            self._cond.notify()
+        return job
+
+    def wait(self, job: Job, poll: float = 0.25) -> Decision:
+        """The job's decision (or its error, raised). A job still queued at its deadline, or whose
+        client is gone, is taken off the queue and never runs."""
+        while not job.done.wait(self._slice(job, poll)):
+            now = time.monotonic()
+            reason = "deadline" if now >= job.deadline else None if job.alive() else "client_gone"
+            if reason:
+                self._drop_if_queued(job, reason)
+        if isinstance(job.outcome, BaseException):
+            raise job.outcome
+        assert job.outcome is not None, "a finished job holds a decision or an error"
+        return job.outcome
+
+    @staticmethod
+    def _slice(job: Job, poll: float) -> float:
+        left = job.deadline - time.monotonic()
+        return poll if left <= 0 else min(poll, left)
+
+    def _drop_if_queued(self, job: Job, reason: str) -> bool:
+        with self._cond:
+            if job.state != "queued":
+                return False
+            self._queue.remove(job)
+            self._drop(job, reason)
+            return True
+
+    def _drop(self, job: Job, reason: str) -> None:
+        """Finish a job that never ran (caller holds the lock)."""
+        job.state = "dropped"
+        job.finished = time.monotonic()
+        message = (
+            "the request waited in the queue past its deadline; retry shortly"
+            if reason == "deadline"
+            else "the client closed the connection"
+        )
+        job.outcome = Unavailable(message, "queue_timeout", self.options.retry_after_s)
+        self.observer.dropped(job, reason)
+        job.done.set()
+
+    # ------------------------------------------------------------ engine-thread side
+
+    def _main(self) -> None:
+        if self.decider is None and not self._load_decider():
+            return
+        while (batch := self._take()) is not None:
+            self._run(batch)
+
+    def _load_decider(self) -> bool:
+        assert self._load is not None
+        try:
+            decider = self._load()
+        except Exception as exc:
+            self.load_error = str(exc) or type(exc).__name__
+            self.phase = "failed"
+            log.critical("the model failed to load: %s", self.load_error, exc_info=exc)
+            if self._on_load_error is not None:
+                self._on_load_error(exc)
+            return False
+        self.decider = decider
+        self.phase = "ready"
+        log.info("model %s ready after %.1f s", decider.model_id, time.monotonic() - self.load_started)
+        return True
+
+    def _take(self) -> list[Job] | None:
+        """Block for work; then take queued jobs in order while they fit the batch budget."""
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._cond.wait()
+            if self._stopping:
+                return None
+            batch: list[Job] = []
+            tokens = questions = 0
+            while self._queue:
+                job = self._queue[0]
+                if batch and not self._fits(tokens + job.work.tokens, questions + job.work.questions):
+                    break
+                self._queue.popleft()
+                if reason := self._stale(job):
+                    self._drop(job, reason)
+                    continue
+                job.state, job.started = "running", time.monotonic()
+                batch.append(job)
+                tokens += job.work.tokens
+                questions += job.work.questions
+            self.running = len(batch)
+            return batch
+
+    def _fits(self, tokens: int, questions: int) -> bool:
+        return tokens <= self.options.batch_max_tokens and questions <= self.options.batch_max_questions
+
+    @staticmethod
+    def _stale(job: Job) -> str | None:
+        if time.monotonic() >= job.deadline:
+            return "deadline"
+        return None if job.alive() else "client_gone"
+
+    def _run(self, batch: list[Job]) -> None:
+        if not batch:
+            return
+        started = time.monotonic()
+        outcomes = self._decide([job.work.request for job in batch])
+        finished = time.monotonic()
+        for job, outcome in zip(batch, outcomes):
+            job.outcome, job.finished, job.batch_size, job.state = outcome, finished, len(batch), "done"
+        self.running = 0
+        self.observer.batch(batch, finished - started)
+        for job in batch:
+            job.done.set()
+
+    def _decide(self, requests: list[DecisionRequest]) -> list[Outcome]:
+        """decide_batch; if a merged batch fails as a whole, each request runs alone, so one bad
+        request cannot fail the others."""
+        assert self.decider is not None
+        try:
+            outcomes: list[Any] = list(self.decider.decide_batch(requests))
+        except Exception as exc:
+            if len(requests) == 1:
+                return [exc]
+            log.warning("a batch of %d requests failed (%r); running them one by one", len(requests), exc)
+            return [self._decide([r])[0] for r in requests]
+        if len(outcomes) != len(requests):
+            message = f"decide_batch answered {len(outcomes)} slots for {len(requests)} requests"
+            return [RuntimeError(message) for _ in requests]
+        return outcomes
+
+
+def estimate_tokens(request: DecisionRequest) -> int:
+    """About 4 characters a token, the input counted once per question as the prompts repeat it.
+    Used only to budget batches when the decider cannot count exactly."""
+    input_chars = sum(len(p.text) for p in request.input if isinstance(p, Text))
+    total = 0
+    for q in request.questions:
+        options = sum(len(str(o.value)) + len(o.description or "") + 8 for o in q.options)
+        total += (input_chars + len(q.instructions) + options) // 4 + 48
+    return total
+
+
+def conversion_progress() -> dict | None:
+    """The running model conversion's progress bar, if any (the converter reports through tqdm)."""
+    from tqdm import tqdm
+
+    bars = [b for b in list(getattr(tqdm, "_instances", ())) if getattr(b, "total", None)]
+    if not bars:
+        return None
+    bar = bars[-1]
+    return {
+        "phase": str(bar.desc),
+        "done": int(bar.n),
+        "total": int(bar.total),
+        "fraction": round(bar.n / bar.total, 4),
+    }

@@ -1,0 +1,284 @@
+"""The engine: bounded queue, cross-request batches, deadlines, lost clients, background loading."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from fake_decider import FakeDecider
+
+from decide.core import Decider
+from decide.errors import ContextLengthExceeded
+from decide.request import DecisionRequest, Question
+from decide.server.engine import Engine, EngineOptions, Work, estimate_tokens
+from decide.server.errors import Overloaded, Unavailable
+
+FAR = 1e9  # a deadline that never passes
+
+
+def request(text: str, n_questions: int = 1) -> DecisionRequest:
+    questions = [Question.choice(f"Which team, {i}?", ["billing", "technical", "sales"]) for i in range(n_questions)]
+    return DecisionRequest.of(text, questions)
+
+
+def work(r: DecisionRequest, tokens: int = 10) -> Work:
+    return Work(r, tokens, exact=True)
+
+
+def deadline(seconds: float = FAR) -> float:
+    return time.monotonic() + seconds
+
+
+class Observed:
+    def __init__(self) -> None:
+        self.rejected_list: list[str] = []
+        self.dropped_list: list[str] = []
+        self.batch_sizes: list[int] = []
+
+    def rejected(self, reason: str) -> None:
+        self.rejected_list.append(reason)
+
+    def dropped(self, job, reason: str) -> None:
+        self.dropped_list.append(reason)
+
+    def batch(self, jobs, seconds: float) -> None:
+        self.batch_sizes.append(len(jobs))
+
+
+def held_engine(**options) -> tuple[Engine, FakeDecider, Observed]:
+    """An engine whose fake decider holds every batch at a gate until the test opens it."""
+    decider = FakeDecider()
+    decider.gate = threading.Event()
+    seen = Observed()
+    engine = Engine(EngineOptions(**options), decider=decider, observer=seen).start()
+    return engine, decider, seen
+
+
+def occupy(engine: Engine, decider: FakeDecider):
+    """Submit one job and wait until the engine is running it (held at the gate)."""
+    first = engine.submit(work(request("occupying the engine")), deadline())
+    assert decider.entered.wait(10)
+    return first
+
+
+# ---------------------------------------------------------------- admission
+
+
+def test_full_queue_is_refused_at_once() -> None:
+    engine, decider, seen = held_engine(max_pending=2)
+    occupy(engine, decider)
+    queued = [engine.submit(work(request(f"waiting {i}")), deadline()) for i in range(2)]
+    with pytest.raises(Overloaded) as refused:
+        engine.submit(work(request("one too many")), deadline())
+    assert refused.value.retry_after == 1 and seen.rejected_list == ["queue_full"]
+    decider.gate.set()
+    assert all(engine.wait(j).answers for j in queued)
+    engine.stop()
+
+
+def test_queued_requests_are_merged_into_one_batch_within_the_budget() -> None:
+    engine, decider, seen = held_engine(max_pending=16, batch_max_tokens=30, batch_max_questions=100)
+    first = occupy(engine, decider)
+    jobs = [engine.submit(work(request(f"ticket {i}"), tokens=10), deadline()) for i in range(7)]
+    decider.gate.set()
+    decisions = [engine.wait(j) for j in [first, *jobs]]
+    # 30 tokens per batch: the 7 queued jobs of 10 tokens go 3 + 3 + 1, in order
+    assert decider.batches == [1, 3, 3, 1] and seen.batch_sizes == [1, 3, 3, 1]
+    assert [j.batch_size for j in jobs] == [3, 3, 3, 3, 3, 3, 1]
+    for j, d in zip(jobs, decisions[1:]):
+        assert d == FakeDecider().decide(j.work.request)
+    engine.stop()
+
+
+def test_the_question_budget_limits_batches_too_and_a_big_request_runs_alone() -> None:
+    engine, decider, _ = held_engine(batch_max_tokens=10_000, batch_max_questions=4)
+    occupy(engine, decider)
+    sizes = [3, 1, 1, 9, 2]
+    jobs = [engine.submit(work(request(f"t{i}", n)), deadline()) for i, n in enumerate(sizes)]
+    decider.gate.set()
+    for j in jobs:
+        engine.wait(j)
+    assert decider.batches == [1, 2, 1, 1, 1]  # [3+1], [1] (9 would not fit), [9] alone, [2]
+    engine.stop()
+
+
+def test_an_expired_request_never_runs() -> None:
+    engine, decider, seen = held_engine()
+    occupy(engine, decider)
+    late = engine.submit(work(request("too late")), deadline(0.05))
+    on_time = engine.submit(work(request("on time")), deadline())
+    with pytest.raises(Unavailable) as dropped:
+        engine.wait(late)  # returns once the deadline passes, while the engine is still busy
+    assert (dropped.value.code, dropped.value.retry_after) == ("queue_timeout", 1)
+    decider.gate.set()
+    assert engine.wait(on_time).answers
+    assert "too late" not in [r.input[0].text for r in decider.calls]
+    assert seen.dropped_list == ["deadline"] and late.state == "dropped"
+    engine.stop()
+
+
+def test_a_request_whose_deadline_passes_in_the_queue_is_dropped_by_the_engine() -> None:
+    engine, decider, seen = held_engine()
+    occupy(engine, decider)
+    late = engine.submit(work(request("nobody waits for me")), deadline(0.01))
+    time.sleep(0.05)
+    decider.gate.set()
+    assert late.done.wait(10) and late.state == "dropped"
+    assert seen.dropped_list == ["deadline"]
+    assert "nobody waits for me" not in [r.input[0].text for r in decider.calls]
+    engine.stop()
+
+
+def test_a_request_whose_client_left_never_runs() -> None:
+    engine, decider, seen = held_engine()
+    occupy(engine, decider)
+    connected = {"gone": True}
+    gone = engine.submit(work(request("hung up")), deadline(), alive=lambda: not connected["gone"])
+    kept = engine.submit(work(request("still here")), deadline())
+    decider.gate.set()
+    assert engine.wait(kept).answers
+    assert gone.done.wait(10) and gone.state == "dropped" and seen.dropped_list == ["client_gone"]
+    assert [r.input[0].text for r in decider.calls] == ["occupying the engine", "still here"]
+    engine.stop()
+
+
+def test_a_waiting_request_notices_its_client_left_and_frees_its_slot() -> None:
+    engine, decider, seen = held_engine(max_pending=1)
+    occupy(engine, decider)
+    connected = {"gone": False}
+    job = engine.submit(work(request("leaving")), deadline(), alive=lambda: not connected["gone"])
+    waiter = threading.Thread(target=lambda: pytest.raises(Unavailable, engine.wait, job, 0.01))
+    waiter.start()
+    connected["gone"] = True
+    waiter.join(10)
+    assert job.state == "dropped" and engine.queue_depth == 0
+    engine.submit(work(request("takes the freed slot")), deadline())  # no Overloaded
+    decider.gate.set()
+    engine.stop()
+
+
+# ---------------------------------------------------------------- failures
+
+
+class Exploding(FakeDecider):
+    """Fails any batch that holds the request with input "boom"."""
+
+    def decide_batch(self, requests):
+        if any(r.input[0].text == "boom" for r in requests):
+            raise RuntimeError("kernel panic")
+        return super().decide_batch(requests)
+
+
+def test_a_failing_request_does_not_fail_the_others_in_its_batch() -> None:
+    decider = Exploding()
+    engine = Engine(decider=decider)
+    jobs = [engine.submit(work(request(t)), deadline()) for t in ("fine", "boom", "also fine")]
+    engine.start()  # all three are queued before the engine runs: one batch
+    assert engine.wait(jobs[0]).answers and engine.wait(jobs[2]).answers
+    with pytest.raises(RuntimeError, match="kernel panic"):
+        engine.wait(jobs[1])
+    assert decider.batches == [1, 1]  # the merged batch failed; the good ones then ran alone
+    engine.stop()
+
+
+def test_a_typed_error_stays_in_its_slot() -> None:
+    decider = FakeDecider(context_chars=200)
+    engine = Engine(decider=decider)
+    short, long = request("ok"), request("x" * 500)
+    jobs = [engine.submit(work(r), deadline()) for r in (short, long)]
+    engine.start()
+    assert engine.wait(jobs[0]).answers
+    with pytest.raises(ContextLengthExceeded):
+        engine.wait(jobs[1])
+    assert decider.batches == [2]
+    engine.stop()
+
+
+# ---------------------------------------------------------------- loading
+
+
+def test_loading_in_the_background_then_ready() -> None:
+    release = threading.Event()
+    decider = FakeDecider()
+
+    def load() -> FakeDecider:
+        release.wait(10)
+        return decider
+
+    engine = Engine(load=load).start()
+    assert engine.phase == "loading"
+    with pytest.raises(Unavailable) as loading:
+        engine.submit(work(request("early")), deadline())
+    assert loading.value.code == "model_loading"
+    release.set()
+    while engine.phase == "loading":
+        time.sleep(0.01)
+    assert engine.phase == "ready" and engine.ready_decider() is decider
+    assert engine.wait(engine.submit(engine.prepare(request("now")), deadline())).answers
+    engine.stop()
+
+
+def test_a_failed_load_is_reported_and_handed_to_the_callback() -> None:
+    failures: list[BaseException] = []
+
+    def load():
+        raise FileNotFoundError("no such model: /nowhere.gguf")
+
+    engine = Engine(load=load, on_load_error=failures.append).start()
+    engine._thread.join(10)
+    assert engine.phase == "failed" and "/nowhere.gguf" in engine.load_error
+    assert isinstance(failures[0], FileNotFoundError)
+    with pytest.raises(Unavailable) as failed:
+        engine.ready_decider()
+    assert failed.value.code == "model_load_failed"
+
+
+def test_prepare_uses_the_deciders_count_or_an_estimate() -> None:
+    r = request("I was charged twice. " * 20, n_questions=3)
+    exact = Engine(decider=FakeDecider()).prepare(r)
+    assert exact.exact and exact.tokens == FakeDecider().prepare(r).input_tokens
+
+    class NoPrepare:
+        model_id, supports_images, info = "x", False, {}
+
+    estimated = Engine(decider=NoPrepare()).prepare(r)
+    assert not estimated.exact and estimated.tokens == estimate_tokens(r)
+    assert estimate_tokens(request("a" * 400, 2)) > estimate_tokens(request("a", 2)) > estimate_tokens(request("a", 1))
+
+
+# ---------------------------------------------------------------- the real core: batched == solo
+
+
+@pytest.fixture(scope="module")
+def tiny_decider(tiny_model) -> Decider:
+    return Decider(tiny_model)
+
+
+def varied_requests() -> list[DecisionRequest]:
+    states = ["I was charged twice for March.", "The app crashes when I log in.", "Do you sell a team plan?"]
+    out = []
+    for i, state in enumerate(states * 2):
+        questions = [
+            Question.predicate("Is this a refund request?"),
+            Question.choice("Which team?", ["billing", "technical", "sales"][: 2 + i % 2]),
+            Question.score("How angry?", ["calm", "annoyed", "angry"]),
+        ][: 1 + i % 3]
+        out.append(DecisionRequest.of(f"{state} (ticket {i})", questions))
+    return out
+
+
+def test_batched_answers_equal_solo_answers_on_the_tiny_model(tiny_decider: Decider) -> None:
+    requests = varied_requests()
+    solo = [tiny_decider.decide(r) for r in requests]
+    engine = Engine(EngineOptions(batch_max_tokens=1 << 20, batch_max_questions=400), decider=tiny_decider)
+    jobs = [engine.submit(engine.prepare(r), deadline()) for r in requests]
+    engine.start()  # everything is queued first, so it all goes into one decide_batch call
+    batched = [engine.wait(j) for j in jobs]
+    engine.stop()
+    assert {j.batch_size for j in jobs} == {len(requests)}
+    for a, b in zip(solo, batched):
+        assert [x.question for x in a.answers] == [x.question for x in b.answers]
+        for x, y in zip(a.answers, b.answers):
+            np.testing.assert_allclose(x.probabilities, y.probabilities, rtol=0, atol=1e-6)
