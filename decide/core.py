@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from .answers import Answer, Decision, Usage, softmax
-from .errors import ContextLengthExceeded, InvalidRequest, UnsupportedInput
+from .errors import ContextLengthExceeded, DecideError, InvalidRequest, UnsupportedInput
 from .prompts import PromptBuilder, TokenizedQuestion
 from .request import DecisionRequest, Option, Part, Question, Text
-from .scoring import ScoreResult, tree_attention
+from .scoring import ScoreResult, fast_kernels, tree_attention
 from .scoring.model_parts import split_model
 from .scoring.prompt_once import score_prompt_once
 from .scoring.reference import score_reference
@@ -63,7 +63,18 @@ class Decider:
             return None
         m = self.loaded
         namespace = f"{m.model_id}|{m.dtype}|{m.tokenizer.chat_template}"
-        return TrieScorer(self.parts, namespace, self.options.trie)
+        trie_options = self.options.trie
+        if trie_options.fast_kernels and not self._fast_kernels_fit():
+            trie_options = replace(trie_options, fast_kernels=False)
+        return TrieScorer(self.parts, namespace, trie_options)
+
+    def _fast_kernels_fit(self) -> bool:
+        swapped = fast_kernels.install(self.loaded.model)
+        if swapped and tree_attention.self_test(self.parts, self.loaded.model, fast=True):
+            log.info("%s: fast kernels for %s", self.model_id, ", ".join(swapped))
+            return True
+        log.warning("%s: fast kernels do not fit this model; the trie engine runs stock MLX ops", self.model_id)
+        return False
 
     @classmethod
     def load(cls, model: str | None = None, options: DeciderOptions | None = None, **load_kwargs) -> Decider:
@@ -106,6 +117,20 @@ class Decider:
         with self._lock:
             result = self._score(tokenized)
         return self._decision(request, tokenized, result)
+
+    def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision | DecideError]:
+        """Answer several requests in one scoring run where the scorer can merge them.
+
+        Each request's answers equal `decide(request)`'s; a request that cannot run (images on a
+        text model, too long) gets its typed error in its slot and does not stop the others.
+        """
+        return [self._try(r) for r in requests]
+
+    def _try(self, request: DecisionRequest) -> Decision | DecideError:
+        try:
+            return self.decide(request)
+        except DecideError as e:
+            return e
 
     def decide_openai(self, body: dict) -> dict:
         """An OpenAI Decisions request body in, its response body out."""

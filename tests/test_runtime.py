@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,80 +60,6 @@ def test_float64_and_complex64_matmul_equal_numpy():
     cb = (b - 1j * rng.standard_normal(b.shape)).astype(np.complex64)
     got = mx.array(ca) @ mx.array(cb)
     np.testing.assert_allclose(np.array(got), ca.astype(np.complex128) @ cb, rtol=1e-5, atol=1e-4)
-
-
-@linux_only
-@pytest.mark.skipif(not (HAS_SCIPY_OPENBLAS and DEFAULT_BLAS), reason="needs scipy-openblas32 and no DECIDE_BLAS")
-def test_blas_names_an_optimized_library():
-    assert "OpenBLAS" in runtime.BLAS and not runtime.BLAS.startswith("reference")
-
-
-@linux_only
-@pytest.mark.skipif(not VIA_SHIM, reason="the optimized BLAS is not the scipy-openblas32 shim here")
-def test_mlx_calls_go_through_the_shim():
-    shim = next(lib for lib in runtime._loaded if "_blas_shim" in lib._name)
-    shim.decide_blas_shim_sgemm_target.restype = ctypes.c_void_p
-    a = mx.ones((64, 64))
-    mx.eval(a @ a)
-    assert shim.decide_blas_shim_sgemm_target()  # set on MLX's first cblas_sgemm call
-
-
-@linux_only
-def test_reference_blas_on_request():
-    out = _run("from decide.runtime import BLAS; print(BLAS)", DECIDE_BLAS="reference")
-    assert out.startswith("reference")
-
-
-@linux_only
-@pytest.mark.skipif(not HAS_SCIPY_OPENBLAS, reason="needs scipy-openblas32")
-def test_decide_blas_path_and_bad_path():
-    package = importlib.util.find_spec("scipy_openblas32").submodule_search_locations[0]
-    lib = sorted(Path(package, "lib").glob("libscipy_openblas*.so"))[0]
-    code = """
-        from decide.runtime import BLAS, mx
-        import numpy as np
-        a = np.arange(12, dtype=np.float32).reshape(3, 4)
-        assert np.allclose(np.array(mx.array(a) @ mx.array(a.T)), a @ a.T)
-        print(BLAS)
-    """
-    assert str(lib) in _run(code, DECIDE_BLAS=str(lib))
-    out = _run(code, DECIDE_BLAS="/nonexistent/libblas.so")
-    assert "could not load" in out and "OpenBLAS" in out  # logged, then the next choice
-
-
-@linux_only
-def test_mlx_imported_first_is_reported():
-    code = """
-        import logging
-        logging.basicConfig(level=logging.WARNING)
-        import mlx.core
-        from decide.runtime import BLAS
-        print(BLAS)
-    """
-    out = _run(code)
-    assert "BLAS could not be swapped" in out and "unchanged" in out
-
-
-@linux_only
-@pytest.mark.skipif(not (HAS_SCIPY_OPENBLAS and DEFAULT_BLAS), reason="needs scipy-openblas32 and no DECIDE_BLAS")
-def test_optimized_blas_is_much_faster_than_reference():
-    # Measured 12-27x on a 2-core x86_64 VM; 3x leaves room for a busy machine.
-    code = """
-        import time
-        from decide.runtime import mx
-        a = mx.random.normal((512, 512))
-        mx.eval(a @ a)
-
-        def once():
-            start = time.perf_counter()
-            mx.eval(a @ a)
-            return time.perf_counter() - start
-
-        print(min(once() for _ in range(5)))
-    """
-    fast = float(_run(code).split()[-1])
-    slow = float(_run(code, DECIDE_BLAS="reference").split()[-1])
-    assert slow > 3 * fast, (fast, slow)
 
 
 def test_device_and_dtype():

@@ -14,12 +14,14 @@ does not route through these hooks is left alone and scored by the prompt-once p
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import mlx.nn as nn
 import numpy as np
 
 from ..runtime import mx
+from . import fast_kernels
 
 log = logging.getLogger("decide.scoring")
 
@@ -42,10 +44,13 @@ class PositionalRoPE(nn.Module):
 class ForestCache:
     """A layer's view of (cached prefix K/V) + (the forest being computed now)."""
 
-    def __init__(self, prefix: tuple[mx.array, mx.array] | None, positions: mx.array, mask: mx.array) -> None:
+    def __init__(
+        self, prefix: tuple[mx.array, mx.array] | None, positions: mx.array, mask: mx.array, bias: mx.array
+    ) -> None:
         self.prefix = prefix
         self.positions = positions
         self.mask = mask
+        self.bias = bias  # the mask as 0 / -inf, for fast_kernels.attention
 
     @property
     def offset(self) -> mx.array:
@@ -95,12 +100,15 @@ def forest_hidden(
 ) -> mx.array:
     """Final hidden states [N, D] of the packed forest on top of the prefix K/V (or none)."""
     pos = mx.array(positions.astype(np.int32))
-    caches = [ForestCache(None if prefix_kv is None else prefix_kv[i], pos, mask) for i in range(n_layers)]
+    bias = fast_kernels.additive_bias(mask)
+    caches = [ForestCache(None if prefix_kv is None else prefix_kv[i], pos, mask, bias) for i in range(n_layers)]
     return body(mx.array(tokens.astype(np.int32))[None], caches)[0]
 
 
-def self_test(parts, model) -> bool:
-    """Does a two-branch forest give the same hidden states as plain forwards of each branch?"""
+def self_test(parts, model, fast: bool = False) -> bool:
+    """Does a two-branch forest give the same hidden states as plain forwards of each branch?
+
+    With `fast`, the forest runs on fast_kernels (the plain forwards always run stock)."""
     rng = np.random.default_rng(0)
     vocab = int(parts.head(mx.zeros((1, parts_hidden_size(parts, model)))).shape[-1])
     stem = rng.integers(0, vocab, 5).tolist()
@@ -114,7 +122,8 @@ def self_test(parts, model) -> bool:
         while j >= 0:
             anc[i, j] = True
             j = parents[j]
-    got = forest_hidden(parts.body, len(parts.layers), tokens, positions, forest_mask(anc, 0), None)
+    with fast_kernels.enabled() if fast else contextlib.nullcontext():
+        got = forest_hidden(parts.body, len(parts.layers), tokens, positions, forest_mask(anc, 0), None)
     want_a = parts.body(mx.array(stem + a)[None])[0]
     want_b = parts.body(mx.array(stem + b)[None])[0]
     want = mx.concatenate([want_a, want_b[5:]], axis=0)
@@ -122,7 +131,8 @@ def self_test(parts, model) -> bool:
     scale = float(mx.abs(want.astype(mx.float32)).max()) or 1.0
     ok = err <= 1e-3 * scale
     if not ok:
-        log.info("tree attention self-test failed (max error %.3g of %.3g)", err, scale)
+        kernels = "fast" if fast else "stock"
+        log.info("tree attention self-test failed with %s kernels (max error %.3g of %.3g)", kernels, err, scale)
     return ok
 
 

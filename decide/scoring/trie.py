@@ -11,6 +11,7 @@ logsumexp only cancels when all of a question's candidates are in the same fores
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ from mlx_lm.models.cache import KVCache
 
 from ..prompts import TokenizedQuestion
 from ..runtime import mx
-from . import ScoreResult
+from . import ScoreResult, fast_kernels
 from .forest import build_forest, candidate_scores, pair_logits, row_logsumexp
 from .model_parts import ModelParts
 from .prefix_cache import PrefixCache
@@ -31,6 +32,7 @@ class TrieOptions:
     max_nodes: int = 1024  # forest nodes per forward pass (the mask is nodes × (prefix + nodes))
     cache_bytes: int = 1 << 30  # prefix-cache budget
     block: int = 16  # prefix-cache granularity in tokens
+    fast_kernels: bool = True  # attention softmax and SiLU on fast_kernels (checked at load by a self-test)
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,10 @@ class TrieScorer:
         prompts = [q.prompt for q in questions]
         shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
         prefix_len = shared // self.options.block * self.options.block
-        kv = self._prefix(prompts[0][:prefix_len], result)
-        for jobs in plan_jobs(questions, prefix_len, self.options.max_nodes):
-            self._run_pass(questions, jobs, prefix_len, kv, result)
+        with fast_kernels.enabled() if self.options.fast_kernels else contextlib.nullcontext():
+            kv = self._prefix(prompts[0][:prefix_len], result)
+            for jobs in plan_jobs(questions, prefix_len, self.options.max_nodes):
+                self._run_pass(questions, jobs, prefix_len, kv, result)
         return result
 
     def _prefix(self, tokens: Sequence[int], result: ScoreResult):

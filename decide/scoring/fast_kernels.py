@@ -1,0 +1,142 @@
+"""Exp-free-of-libm kernels for the trie engine's forwards, swapped into mlx-lm model modules.
+
+On a CPU, MLX evaluates `exp` (and so softmax and sigmoid) one libm call per element: ~20-60 M/s,
+against billions per second for a multiply. A transformer layer spends most of its non-matmul
+time there (attention softmax, SiLU). `fast_exp` is Cody-Waite range reduction, a degree-7 Taylor
+polynomial and an exponent built from integer bits, fused by `mx.compile` (relative error < 2e-7).
+
+`install(model)` replaces the `scaled_dot_product_attention` and `swiglu` names a model's module
+imported from mlx-lm with wrappers that use these kernels only inside `enabled()`; everywhere else
+(the reference scorer, other callers of the model) the stock functions run unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import sys
+from collections.abc import Iterator
+from functools import partial
+
+from ..runtime import mx
+
+_LOG2E = 1.4426950408889634
+_LN2_HI = 0.693145751953125  # ln 2 split so that n * _LN2_HI is exact in float32
+_LN2_LO = 1.428606765330187e-06
+_ROUND = 12582912.0  # 1.5 * 2**23: adding it rounds to an integer kept in the low mantissa bits
+_EXPONENT_BITS = 0x4B400000 - 127  # bits of _ROUND, minus the float32 exponent bias
+
+_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar("decide_fast_kernels", default=False)
+
+
+@partial(mx.compile, shapeless=True)
+def _exp_parts(x: mx.array) -> tuple[mx.array, mx.array]:
+    """exp(x) = p · 2ⁿ: returns p and n + _ROUND (n sits in the float's low mantissa bits)."""
+    x = mx.clip(x, -87.0, 88.0)
+    y = x * _LOG2E + _ROUND
+    n = y - _ROUND
+    f = x - n * _LN2_HI - n * _LN2_LO
+    p = 1.0 + f * (1.0 + f * (1 / 2 + f * (1 / 6 + f * (1 / 24 + f * (1 / 120 + f * (1 / 720 + f * (1 / 5040)))))))
+    return p, y
+
+
+def _times_two_to_n(p: mx.array, y: mx.array) -> mx.array:
+    # A bit cast cannot be traced shapeless, so it stays outside the compiled graphs (which would
+    # otherwise be kept once per request shape, growing memory without bound).
+    return p * mx.left_shift(y.view(mx.int32) - _EXPONENT_BITS, 23).view(mx.float32)
+
+
+def fast_exp(x: mx.array) -> mx.array:
+    """exp(x) for float32, exact to ~2 ulp on [-87, 88] (clamped outside: ~1e-38 below, ~1.7e38 above)."""
+    return _times_two_to_n(*_exp_parts(x))
+
+
+@partial(mx.compile, shapeless=True)
+def _silu_product(gate: mx.array, x: mx.array, exp_minus_gate: mx.array) -> mx.array:
+    return gate * x / (1.0 + exp_minus_gate)
+
+
+def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, bias: mx.array) -> mx.array:
+    """softmax(q kᵀ · scale + bias) v, grouped-query aware. bias: float32[L, S] of 0 / -inf."""
+    b, h, length, d = queries.shape
+    kv_heads, span = keys.shape[1], keys.shape[2]
+    groups = h // kv_heads
+    q = (queries * scale).reshape(b, kv_heads, groups * length, d)
+    scores = (q @ keys.swapaxes(-1, -2)).reshape(b, kv_heads, groups, length, span) + bias
+    weights = fast_exp(scores - scores.max(axis=-1, keepdims=True))
+    total = weights.sum(axis=-1, keepdims=True).reshape(b, kv_heads, groups * length, 1)
+    out = (weights.reshape(b, kv_heads, groups * length, span) @ values) / total
+    return out.reshape(b, h, length, d)
+
+
+def additive_bias(mask: mx.array) -> mx.array:
+    """bool[L, S] (True = may attend) → float32[L, S] of 0 / -inf."""
+    return mx.where(mask, mx.array(0.0, mx.float32), mx.array(-mx.inf, mx.float32))
+
+
+def causal_bias(length: int, span: int) -> mx.array:
+    """The queries are the last `length` of `span` positions; each sees itself and what precedes it."""
+    rows = mx.arange(span - length, span)[:, None]
+    return additive_bias(mx.arange(span)[None, :] <= rows)
+
+
+@contextlib.contextmanager
+def enabled() -> Iterator[None]:
+    token = _enabled.set(True)
+    try:
+        yield
+    finally:
+        _enabled.reset(token)
+
+
+def _bias_for(mask, length: int, span: int, cache) -> mx.array | None:
+    """The additive bias of an mlx-lm mask argument; None when the fast path does not apply."""
+    cached = getattr(cache, "bias", None)
+    if cached is not None:
+        return cached
+    if mask is None:
+        return mx.zeros((length, span), mx.float32) if length == 1 else None
+    if isinstance(mask, str):
+        return causal_bias(length, span) if mask == "causal" else None
+    if mask.dtype == mx.bool_:
+        return additive_bias(mask)
+    return None
+
+
+def _fast_sdpa(stock):
+    def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        if _enabled.get() and sinks is None and not hasattr(cache, "bits") and queries.dtype == mx.float32:
+            bias = _bias_for(mask, queries.shape[2], keys.shape[2], cache)
+            if bias is not None:
+                return attention(queries, keys, values, scale, bias)
+        return stock(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
+
+    scaled_dot_product_attention.stock = stock
+    return scaled_dot_product_attention
+
+
+def _fast_swiglu(stock):
+    def swiglu(gate, x):
+        if _enabled.get() and gate.dtype == mx.float32:
+            return _silu_product(gate, x, fast_exp(-gate))
+        return stock(gate, x)
+
+    swiglu.stock = stock
+    return swiglu
+
+
+_WRAPPERS = {"scaled_dot_product_attention": _fast_sdpa, "swiglu": _fast_swiglu}
+
+
+def install(model) -> list[str]:
+    """Swap the kernels into the model's mlx-lm module (idempotent); returns the names swapped."""
+    module = sys.modules.get(type(model).__module__)
+    swapped = []
+    for name, wrap in _WRAPPERS.items():
+        current = getattr(module, name, None)
+        if current is None or not callable(current):
+            continue
+        if not hasattr(current, "stock"):
+            setattr(module, name, wrap(current))
+        swapped.append(name)
+    return swapped
