@@ -125,6 +125,48 @@ PARSE_ERRORS = [
         "questions[0].instructions[0].text",
         id="missing-instruction-text",
     ),
+    pytest.param(
+        with_input({"role": "user", "content": [{"text": "x"}]}),
+        "missing_required_parameter",
+        "input[0].content[0].type",
+        id="missing-part-type",
+    ),
+    pytest.param(
+        with_input({"role": "assistant", "content": [{"type": "output_text"}]}),
+        "missing_required_parameter",
+        "input[0].content[0].text",
+        id="missing-output-text",
+    ),
+    pytest.param(
+        with_input({"role": "assistant", "content": [{"type": "refusal"}]}),
+        "missing_required_parameter",
+        "input[0].content[0].refusal",
+        id="missing-refusal",
+    ),
+    pytest.param(
+        with_input(CALL, {"type": "function_call_output", "output": "x"}),
+        "missing_required_parameter",
+        "input[1].call_id",
+        id="missing-output-call_id",
+    ),
+    pytest.param(
+        with_input(with_path(CUSTOM, ("name",), DELETE)),
+        "missing_required_parameter",
+        "input[0].name",
+        id="missing-custom-name",
+    ),
+    pytest.param(
+        with_input(CUSTOM, {"type": "custom_tool_call_output", "call_id": "k1"}),
+        "missing_required_parameter",
+        "input[1].output",
+        id="missing-custom-output",
+    ),
+    pytest.param(
+        with_question({"type": "choice", "instructions": "x", "choices": [{"value": "a"}, {"description": "b"}]}),
+        "missing_required_parameter",
+        "questions[0].choices[1].value",
+        id="missing-second-value",
+    ),
     # invalid_type
     pytest.param(openai_body(questions={}), "invalid_type", "questions", id="type-questions-object"),
     pytest.param(openai_body(questions="x"), "invalid_type", "questions", id="type-questions-string"),
@@ -205,6 +247,47 @@ PARSE_ERRORS = [
         openai_body(prompt_cache_options="implicit"), "invalid_type", "prompt_cache_options", id="type-cache-options"
     ),
     pytest.param(openai_body(safety_identifier=["x"]), "invalid_type", "safety_identifier", id="type-safety"),
+    pytest.param(
+        with_path(openai_body(), CHOICES, {"value": "a"}), "invalid_type", "questions[1].choices", id="type-choices"
+    ),
+    pytest.param(with_path(openai_body(), LEVELS, "Low,High"), "invalid_type", "questions[2].levels", id="type-levels"),
+    pytest.param(
+        with_path(openai_body(), (*LEVELS, 1), "Mid"), "invalid_type", "questions[2].levels[1]", id="type-level"
+    ),
+    pytest.param(
+        with_input(user({"type": "input_image", "image_url": {"url": PNG_URL}})),
+        "invalid_type",
+        "input[0].content[0].image_url",
+        id="type-image_url",
+    ),
+    pytest.param(
+        with_input(user({"type": "input_image", "image_url": PNG_URL, "detail": 1})),
+        "invalid_type",
+        "input[0].content[0].detail",
+        id="type-detail",
+    ),
+    pytest.param(
+        with_input(user({"type": "input_text", "text": "x", "prompt_cache_breakpoint": "explicit"})),
+        "invalid_type",
+        "input[0].content[0].prompt_cache_breakpoint",
+        id="type-breakpoint",
+    ),
+    pytest.param(
+        with_input({"role": "assistant", "content": "x", "phase": 1}), "invalid_type", "input[0].phase", id="type-phase"
+    ),
+    pytest.param(with_input({**CALL, "status": True}), "invalid_type", "input[0].status", id="type-status"),
+    pytest.param(with_input({**CALL, "call_id": 1}), "invalid_type", "input[0].call_id", id="type-call_id"),
+    pytest.param(
+        with_input(CALL, {"type": "function_call_output", "call_id": "c1", "output": {"text": "x"}}),
+        "invalid_type",
+        "input[1].output",
+        id="type-output",
+    ),
+    pytest.param(with_input({"role": 1, "content": "x"}), "invalid_type", "input[0].role", id="type-role"),
+    pytest.param(with_path(openai_body(), (*Q0, "type"), 1), "invalid_type", "questions[0].type", id="type-type"),
+    pytest.param(
+        openai_body(prompt_cache_options={"mode": 1}), "invalid_type", "prompt_cache_options.mode", id="type-mode"
+    ),
     # invalid_value: enums, discriminators, duplicates, orphans, input_json limits
     pytest.param(
         with_path(openai_body(), (*Q0, "type"), "boolean"),
@@ -316,6 +399,26 @@ PARSE_ERRORS = [
         "input[0].content[0].data",
         id="json-non-finite",
     ),
+    pytest.param(
+        with_input(
+            CALL, {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_json", "data": {}}]}
+        ),
+        "invalid_value",
+        "input[1].output[0].type",
+        id="enum-output-part",
+    ),
+    pytest.param(
+        with_input(user({"type": "output_text", "text": "x"})),
+        "invalid_value",
+        "input[0].content[0].type",
+        id="enum-user-part",
+    ),
+    pytest.param(
+        with_input({**CALL, "status": None}, {"type": "function_call_output", "call_id": "c2", "output": "x"}),
+        "invalid_value",
+        "input[1].call_id",
+        id="orphan-output-wrong-id",
+    ),
     # array_below_min_length
     pytest.param(openai_body(questions=[]), "array_below_min_length", "questions", id="short-questions"),
     pytest.param(openai_body(input=[]), "array_below_min_length", "input", id="short-input"),
@@ -407,6 +510,29 @@ PARSE_ERRORS = [
         "questions[1].choices[0].value",
         id="long-value",
     ),
+    *[
+        pytest.param(body, "string_above_max_length", param, id=f"long-{label}")
+        for label, body, param in [
+            (
+                "description",
+                with_path(openai_body(), (*CHOICES, 1, "description"), "x" * BIG),
+                "questions[1].choices[1].description",
+            ),
+            ("label", with_path(openai_body(), (*LEVELS, 0, "label"), "x" * BIG), "questions[2].levels[0].label"),
+            ("arguments", with_input({**CALL, "arguments": "x" * BIG}), "input[0].arguments"),
+            (
+                "output",
+                with_input(CALL, {"type": "function_call_output", "call_id": "c1", "output": "x" * BIG}),
+                "input[1].output",
+            ),
+            ("message", with_input({"role": "system", "content": "x" * BIG}), "input[0].content"),
+            (
+                "refusal",
+                with_input({"role": "assistant", "content": [{"type": "refusal", "refusal": "x" * BIG}]}),
+                "input[0].content[0].refusal",
+            ),
+        ]
+    ],
     # images
     *[
         pytest.param(

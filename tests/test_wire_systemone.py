@@ -145,6 +145,67 @@ PARSE_ERRORS = [
         [(["body", "questions"], "too_long")],
         id="questions-401",
     ),
+    *[
+        pytest.param(
+            with_path(systemone_body(), (*QS, qid, "instructions"), bad),
+            [(["body", "questions", qid, kind, "instructions"], "string_type")],
+            id=f"instructions-{kind}-{bad!r}",
+        )
+        for qid, kind in (("refund", "noul"), ("team", "choice"), ("anger", "score"))
+        for bad in (True, 2.5)
+    ],
+    pytest.param(
+        with_path(systemone_body(), (*QS, "anger", "criteria", 0), False),
+        [(["body", "questions", "anger", "score", "criteria", 0], "string_type")],
+        id="level-bool",
+    ),
+    pytest.param(
+        with_path(systemone_body(), (*QS, "team", "criteria", "Billing"), 3),
+        [(["body", "questions", "team", "choice", "criteria", "Billing"], "string_type")],
+        id="description-number",
+    ),
+    pytest.param(
+        with_path(systemone_body(), (*QS, "refund", "criteria"), {"true": "Refund", "false": False}),
+        [(["body", "questions", "refund", "noul", "criteria", "false"], "string_type")],
+        id="noul-side-bool",
+    ),
+    *[
+        pytest.param(
+            with_path(systemone_body(), (*QS, "refund", "criteria"), bad),
+            [(["body", "questions", "refund", "noul", "criteria"], "model_type")],
+            id=f"noul-criteria-{type(bad).__name__}",
+        )
+        for bad in (["yes", "no"], 1, True)
+    ],
+    *[
+        pytest.param(
+            with_path(systemone_body(), (*QS, "team", "criteria"), bad),
+            [(["body", "questions", "team", "choice", "criteria"], "dict_type")],
+            id=f"choice-criteria-{type(bad).__name__}",
+        )
+        for bad in ("Billing", None, 3)
+    ],
+    *[
+        pytest.param(
+            with_path(systemone_body(), (*QS, "anger", "criteria"), bad),
+            [(["body", "questions", "anger", "score", "criteria"], "list_type")],
+            id=f"score-criteria-{type(bad).__name__}",
+        )
+        for bad in ("Calm, Angry", None, 3)
+    ],
+    pytest.param(systemone_body(questions=None), [(["body", "questions"], "dict_type")], id="questions-null"),
+    pytest.param(systemone_body(questions="q"), [(["body", "questions"], "dict_type")], id="questions-string"),
+    pytest.param(
+        systemone_body(questions={"q": None}), [(["body", "questions", "q"], "dict_type")], id="question-null"
+    ),
+    pytest.param(
+        systemone_body(questions={"q": ["noul"]}), [(["body", "questions", "q"], "dict_type")], id="question-array"
+    ),
+    pytest.param(
+        systemone_body(questions={"q": {"type": None}}),
+        [(["body", "questions", "q"], "union_tag_not_found")],
+        id="type-null",
+    ),
     # assets
     pytest.param(asset_body(["<img:1>"]), [(["body", "assets"], "dict_type")], id="assets-array"),
     pytest.param(asset_body({}), [(["body", "assets"], "too_short")], id="assets-empty"),
@@ -194,12 +255,47 @@ PARSE_ERRORS = [
         [(["body", "assets"], "value_error")],
         id="asset-unreferenced",
     ),
+    pytest.param(
+        asset_body({"<img:1>": {"format": "gif", "data_base64": B64}}),
+        [(["body", "assets", "<img:1>", "format"], "value_error")],
+        id="asset-format",
+    ),
+    pytest.param(
+        asset_body({"<img:1>": {"format": "png", "data_base64": 5}}),
+        [(["body", "assets", "<img:1>", "data_base64"], "string_type")],
+        id="asset-base64-number",
+    ),
+    pytest.param(
+        asset_body({"<img:1>": {"type": "image", "part": 0}}),
+        [(["body", "assets", "<img:1>", "part"], "string_type")],
+        id="asset-part-number",
+    ),
+    pytest.param(
+        asset_body({"x" * 1025: {"format": "png", "data_base64": B64}}, state="x" * 1025),
+        [(["body", "assets", "x" * 1025], "value_error")],
+        id="asset-long-key",
+    ),
+    pytest.param(
+        asset_body(None, state="no images", questions={"q": {"type": "noul"}}) | {"assets": 3},
+        [(["body", "assets"], "dict_type")],
+        id="assets-number",
+    ),
     # structural limits of "text"
     pytest.param(
         systemone_body(state=nested(65)), [(["body", "state", *[0] * 64], "value_error")], id="state-too-deep"
     ),
     pytest.param(
         systemone_body(state={"x": [1.0, float("nan")]}), [(["body", "state", "x", 1], "value_error")], id="state-nan"
+    ),
+    pytest.param(
+        with_path(systemone_body(), (*QS, "refund", "instructions"), {"a": nested(64)}),
+        [(["body", "questions", "refund", "noul", "instructions", "a", *[0] * 63], "value_error")],
+        id="instructions-too-deep",
+    ),
+    pytest.param(
+        with_path(systemone_body(), (*QS, "anger", "criteria", 2), [1, float("-inf")]),
+        [(["body", "questions", "anger", "score", "criteria", 2, 1], "value_error")],
+        id="level-inf",
     ),
     pytest.param(
         with_path(systemone_body(), (*QS, "team", "criteria", "Sales"), {"w": float("inf")}),
@@ -227,7 +323,7 @@ def client():
 
 
 # json.dumps cannot write NaN/Infinity validly: those rows are checked over HTTP with raw text below
-HTTP_ERRORS = [p for p in PARSE_ERRORS if p.id not in ("state-nan", "description-inf")]
+HTTP_ERRORS = [p for p in PARSE_ERRORS if p.id not in ("state-nan", "description-inf", "level-inf")]
 
 
 @pytest.mark.parametrize(("body", "expected"), HTTP_ERRORS)

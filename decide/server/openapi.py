@@ -62,6 +62,11 @@ def _openai_parts() -> dict[str, dict]:
                 "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
             },
         ),
+        # Question instructions take no cache breakpoints (contract §1.4).
+        "QuestionText": _obj(["type", "text"], type=_const("input_text"), text=_text()),
+        "QuestionImage": _obj(
+            ["type", "image_url"], type=_const("input_image"), image_url={"type": "string"}, detail=detail
+        ),
         "OutputText": _obj(["type", "text"], type=_const("output_text"), text=_text()),
         "Refusal": _obj(["type", "refusal"], type=_const("refusal"), refusal=_text()),
     }
@@ -129,7 +134,7 @@ def _openai_items() -> dict[str, dict]:
 
 
 def _openai_questions() -> dict[str, dict]:
-    instructions = _content("InputText", "InputImage", "InputJson")
+    instructions = _content("QuestionText", "QuestionImage", "InputJson")
     name = {"type": ["string", "null"]}
     choice = _obj(["value"], value={"type": ["string", "boolean"]}, description=_nullable(_text()))
     level = _obj(["label"], label=_text(), description=_nullable(_text()))

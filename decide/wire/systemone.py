@@ -271,7 +271,7 @@ class _Validator:
         if value.get("type") not in (None, "image"):
             return self.error([*loc, "type"], "value_error", "Value error, the only asset type is 'image'")
         if value.get("format") is not None and value["format"] not in ASSET_FORMATS:
-            return self.error([*loc, "format"], "enum", "Input should be 'png', 'jpg' or 'jpeg'")
+            return self.error([*loc, "format"], "value_error", "Value error, format should be 'png', 'jpg' or 'jpeg'")
         data = self.part_bytes(value, loc, claimed) if value.get("part") is not None else self.base64_bytes(value, loc)
         if data is None:
             return
