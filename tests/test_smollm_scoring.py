@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from scoring_cases import assert_same_answers, requests
 
 from decide.answers import Decision
@@ -53,6 +53,8 @@ def test_smollm_gets_the_trie_engine(deciders):
 
 @SETTINGS
 @given(request=requests(max_questions=2, max_options=4))
+# Found by CI: a float32 vocabulary logsumexp in the oracle was 1.3e-4 off in probability.
+@example(request=DecisionRequest.of("", [Question.choice("", [Option("abc"), Option(False)])]))
 def test_prompt_once_and_trie_equal_the_reference(deciders, request):
     assert_all_equal_the_reference(decide_all(deciders, request))
 

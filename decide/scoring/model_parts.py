@@ -5,8 +5,10 @@ Splitting them lets scorers run the LM head only at the rows whose logits are ne
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..runtime import mx
 
@@ -34,6 +36,12 @@ def split_model(model) -> ModelParts:
     return ModelParts(body=lambda tokens, cache=None: inner(tokens, cache), head=head, layers=list(inner.layers))
 
 
-def log_softmax(logits: mx.array) -> mx.array:
-    logits = logits.astype(mx.float32)
-    return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+def summed_log_probs(logits: mx.array, tokens: Sequence[int]) -> float:
+    """Σ_t log softmax(logits[t])[tokens[t]], normalized in float64.
+
+    MLX's float32 logsumexp over a 50k vocabulary is off by up to ~3e-4 on CPU; an oracle cannot be.
+    """
+    x = np.asarray(logits.astype(mx.float32), dtype=np.float64)
+    top = x.max(axis=-1, keepdims=True)
+    lse = top[:, 0] + np.log(np.exp(x - top).sum(axis=-1))
+    return float((x[np.arange(len(tokens)), np.asarray(tokens)] - lse).sum())

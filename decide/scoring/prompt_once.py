@@ -14,13 +14,7 @@ from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 from ..prompts import TokenizedQuestion
 from ..runtime import mx
 from . import ScoreResult
-from .model_parts import ModelParts, log_softmax
-
-
-def _sum_picked(logits: mx.array, tokens: Sequence[int]) -> float:
-    logp = log_softmax(logits)
-    picked = mx.take_along_axis(logp, mx.array(tokens, dtype=mx.int32)[:, None], axis=-1)
-    return float(np.asarray(picked, dtype=np.float64).sum())
+from .model_parts import ModelParts, summed_log_probs
 
 
 def score_question(parts: ModelParts, model, q: TokenizedQuestion) -> np.ndarray:
@@ -34,7 +28,7 @@ def score_question(parts: ModelParts, model, q: TokenizedQuestion) -> np.ndarray
         if len(cand) > 1:
             hidden = parts.body(mx.array(cand[:-1], dtype=mx.int32)[None], cache)
             rows = mx.concatenate([first_row, parts.head(hidden[0])], axis=0)
-        lls.append(_sum_picked(rows, cand))
+        lls.append(summed_log_probs(rows, cand))
         trim_prompt_cache(cache, len(cand) - 1)
     return np.array(lls, dtype=np.float64)
 

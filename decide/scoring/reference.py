@@ -9,16 +9,14 @@ import numpy as np
 from ..prompts import TokenizedQuestion
 from ..runtime import mx
 from . import ScoreResult
-from .model_parts import log_softmax
+from .model_parts import summed_log_probs
 
 
 def candidate_log_likelihood(model, prompt: Sequence[int], candidate: Sequence[int]) -> float:
     """Σ_t log p(candidate_t | prompt, candidate_<t) from one plain forward of prompt + candidate."""
     sequence = [*prompt, *candidate]
     logits = model(mx.array(sequence[:-1], dtype=mx.int32)[None])[0, len(prompt) - 1 :]
-    logp = log_softmax(logits)
-    picked = mx.take_along_axis(logp, mx.array(candidate, dtype=mx.int32)[:, None], axis=-1)
-    return float(np.asarray(picked, dtype=np.float64).sum())
+    return summed_log_probs(logits, candidate)
 
 
 def score_reference(model, questions: Sequence[TokenizedQuestion]) -> ScoreResult:
