@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+import numpy as np
+
 from .answers import Answer, Decision, Usage, softmax
 from .errors import ContextLengthExceeded, DecideError, InvalidRequest, UnsupportedInput
 from .prompts import PromptBuilder, TokenizedQuestion
@@ -28,7 +30,18 @@ from .scoring.prompt_once import score_prompt_once
 from .scoring.reference import score_reference
 from .scoring.trie import TrieOptions, TrieScorer
 
-__all__ = ["Decider", "DecisionRequest", "Question", "Option", "Text", "Decision", "Answer", "Usage", "ScorerName"]
+__all__ = [
+    "Decider",
+    "Prepared",
+    "DecisionRequest",
+    "Question",
+    "Option",
+    "Text",
+    "Decision",
+    "Answer",
+    "Usage",
+    "ScorerName",
+]
 
 log = logging.getLogger("decide")
 
@@ -64,6 +77,7 @@ class Decider:
         m = self.loaded
         namespace = f"{m.model_id}|{m.dtype}|{m.tokenizer.chat_template}"
         trie_options = self.options.trie
+        fast_kernels.install(self.loaded.model)  # also splits merged passes into per-block attention
         if trie_options.fast_kernels and not self._fast_kernels_fit():
             trie_options = replace(trie_options, fast_kernels=False)
         return TrieScorer(self.parts, namespace, trie_options)
@@ -111,24 +125,37 @@ class Decider:
             if questions is None:
                 raise InvalidRequest("questions are required when the first argument is the input", ("questions",))
             request = DecisionRequest.of(request, questions)
+        [outcome] = self.decide_batch([self.prepare(request)])
+        if isinstance(outcome, DecideError):
+            raise outcome
+        return outcome
+
+    def prepare(self, request: DecisionRequest) -> Prepared:
+        """Check and tokenize `request` without the model: raises UnsupportedInput or ContextLengthExceeded.
+        Thread-safe and lock-free, so a server can refuse a request before it queues."""
         self._check_images(request)
         tokenized = self.prompts.tokenize(request)
         self._check_context(tokenized)
-        with self._lock:
-            result = self._score(tokenized)
-        return self._decision(request, tokenized, result)
+        return Prepared(request, tokenized)
 
-    def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision | DecideError]:
-        """Answer several requests in one scoring run where the scorer can merge them.
+    def decide_batch(self, requests: Sequence[DecisionRequest | Prepared]) -> list[Decision | DecideError]:
+        """Answer several requests in one scoring run: the trie engine merges their forests into shared passes.
 
         Each request's answers equal `decide(request)`'s; a request that cannot run (images on a
         text model, too long) gets its typed error in its slot and does not stop the others.
         """
-        return [self._try(r) for r in requests]
+        slots: list[Prepared | DecideError] = [self._try_prepare(r) for r in requests]
+        ready = [p for p in slots if isinstance(p, Prepared)]
+        with self._lock:
+            results = self._score_many([p.tokenized for p in ready])
+        decisions = iter(self._decision(p.request, p.tokenized, r) for p, r in zip(ready, results))
+        return [next(decisions) if isinstance(p, Prepared) else p for p in slots]
 
-    def _try(self, request: DecisionRequest) -> Decision | DecideError:
+    def _try_prepare(self, request: DecisionRequest | Prepared) -> Prepared | DecideError:
+        if isinstance(request, Prepared):
+            return request
         try:
-            return self.decide(request)
+            return self.prepare(request)
         except DecideError as e:
             return e
 
@@ -165,28 +192,20 @@ class Decider:
                     question_index=i,
                 )
 
-    def _score(self, tokenized: list[TokenizedQuestion]) -> ScoreResult:
+    def _score_many(self, requests: list[list[TokenizedQuestion]]) -> list[ScoreResult]:
         # One-option questions are certain: they never reach the model.
-        todo = [i for i, q in enumerate(tokenized) if len(q.candidates) > 1]
+        todo = [[i for i, q in enumerate(qs) if len(q.candidates) > 1] for qs in requests]
+        subs = [[qs[i] for i in idx] for qs, idx in zip(requests, todo)]
         scorer = self.options.scorer
-        sub = [tokenized[i] for i in todo]
-        if scorer == "reference":
-            partial = score_reference(self.loaded.model, sub)
+        if scorer == "trie" and self.trie is not None:
+            partials = self.trie.score_many(subs)
+        elif scorer == "reference":
+            partials = [score_reference(self.loaded.model, sub) for sub in subs]
         elif scorer == "prompt_once":
-            partial = score_prompt_once(self.parts, self.loaded.model, sub)
-        elif scorer == "trie" and self.trie is not None:
-            partial = self.trie.score(sub)
+            partials = [score_prompt_once(self.parts, self.loaded.model, sub) for sub in subs]
         else:
             raise InvalidRequest(f"unknown scorer {scorer!r}", ("scorer",))
-        full = ScoreResult(
-            log_likelihoods=[_zeros(len(q.candidates)) for q in tokenized],
-            computed_tokens=partial.computed_tokens,
-            cached_tokens=partial.cached_tokens,
-            cache_write_tokens=partial.cache_write_tokens,
-        )
-        for i, lls in zip(todo, partial.log_likelihoods):
-            full.log_likelihoods[i] = lls
-        return full
+        return [_spread(qs, idx, p) for qs, idx, p in zip(requests, todo, partials)]
 
     def _decision(self, request: DecisionRequest, tokenized: list[TokenizedQuestion], result: ScoreResult) -> Decision:
         answers = tuple(
@@ -194,7 +213,7 @@ class Decider:
             for q, lls in zip(request.questions, result.log_likelihoods)
         )
         usage = Usage(
-            input_tokens=sum(len(q.prompt) + sum(len(c) for c in q.candidates) for q in tokenized),
+            input_tokens=input_tokens(tokenized),
             cached_tokens=result.cached_tokens,
             cache_write_tokens=result.cache_write_tokens,
             computed_tokens=result.computed_tokens,
@@ -202,10 +221,33 @@ class Decider:
         return Decision(model=self.model_id, answers=answers, usage=usage)
 
 
-def _zeros(n: int):
-    import numpy as np
+@dataclass(frozen=True)
+class Prepared:
+    """A checked, tokenized request, ready to score."""
 
-    return np.zeros(n, dtype=np.float64)
+    request: DecisionRequest
+    tokenized: list[TokenizedQuestion]
+
+    @property
+    def input_tokens(self) -> int:
+        return input_tokens(self.tokenized)
+
+
+def input_tokens(tokenized: list[TokenizedQuestion]) -> int:
+    return sum(len(q.prompt) + sum(len(c) for c in q.candidates) for q in tokenized)
+
+
+def _spread(tokenized: list[TokenizedQuestion], scored: list[int], partial: ScoreResult) -> ScoreResult:
+    """The scored questions' results in their slots; one-option questions get log-likelihood 0."""
+    full = ScoreResult(
+        log_likelihoods=[np.zeros(len(q.candidates)) for q in tokenized],
+        computed_tokens=partial.computed_tokens,
+        cached_tokens=partial.cached_tokens,
+        cache_write_tokens=partial.cache_write_tokens,
+    )
+    for i, lls in zip(scored, partial.log_likelihoods):
+        full.log_likelihoods[i] = lls
+    return full
 
 
 def stop_markers(tokenizer) -> list[str]:

@@ -38,6 +38,7 @@ def option_score(text: str, index: int) -> float:
 @dataclass(frozen=True)
 class Prepared:
     input_tokens: int
+    request: DecisionRequest
 
 
 class FakeDecider:
@@ -79,9 +80,11 @@ class FakeDecider:
         for i, q in enumerate(request.questions):
             if self.context_chars is not None and len(seen_text(request, q)) > self.context_chars:
                 raise ContextLengthExceeded(f"question {i} is too long for the fake model", question_index=i)
-        return Prepared(sum(_tokens(seen_text(request, q), q) for q in request.questions))
+        return Prepared(sum(_tokens(seen_text(request, q), q) for q in request.questions), request)
 
-    def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision | DecideError]:
+    def decide_batch(self, requests: Sequence[DecisionRequest | Prepared]) -> list[Decision | DecideError]:
+        """Like the core's: takes what prepare() returned, or plain requests."""
+        requests = [r.request if isinstance(r, Prepared) else r for r in requests]
         self.entered.set()
         if self.gate is not None:
             self.gate.wait()

@@ -166,7 +166,7 @@ class Exploding(FakeDecider):
     """Fails any batch that holds the request with input "boom"."""
 
     def decide_batch(self, requests):
-        if any(r.input[0].text == "boom" for r in requests):
+        if any(getattr(r, "request", r).input[0].text == "boom" for r in requests):
             raise RuntimeError("kernel panic")
         return super().decide_batch(requests)
 

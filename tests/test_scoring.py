@@ -6,11 +6,13 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from scoring_cases import assert_same_answers, requests, trie_minimum
 
 from decide.core import Decider, DeciderOptions
 from decide.errors import ContextLengthExceeded, ModelNotFound, UnsupportedInput
 from decide.request import DecisionRequest, Image, Question, Text
+from decide.scoring import prompt_once
 from decide.scoring.trie import TrieOptions
 
 # The tiny random model's log-likelihoods are ~100x a real model's, and float32 noise from a
@@ -41,6 +43,20 @@ def test_fast_scorers_equal_the_reference(deciders, request):
     want = deciders["reference"].decide(request)
     assert_same_answers(deciders["prompt_once"].decide(request), want, 1e-4, 1e-3)
     assert_same_answers(cold(deciders["trie"]).decide(request), want, 1e-4, 1e-3)
+
+
+@settings(SETTINGS, max_examples=10)
+@given(request=requests(max_questions=3, max_options=12))
+def test_prompt_once_batches_chunks_and_the_unbatched_fallback_agree(deciders, request, monkeypatch):
+    """Small batch bounds (many chunks) and the one-at-a-time path for caches it cannot tile: the same numbers."""
+    batched = deciders["prompt_once"].decide(request)
+    with monkeypatch.context() as m:
+        m.setattr(prompt_once, "MAX_BATCH_ROWS", 3)
+        assert_same_answers(deciders["prompt_once"].decide(request), batched, NOISE)
+        m.setattr(prompt_once, "KVCache", type("OtherCache", (), {}))
+        alone = deciders["prompt_once"].decide(request)
+    assert_same_answers(alone, batched, NOISE)
+    assert alone.usage.computed_tokens <= batched.usage.computed_tokens  # padding is computed too, and counted
 
 
 @SETTINGS
@@ -83,6 +99,42 @@ def test_a_cold_trie_computes_exactly_the_trie_minimum(deciders, request):
     tokenized = [q for q in trie.prompts.tokenize(request) if len(q.candidates) > 1]
     result = trie.decide(request)
     assert result.usage.computed_tokens == trie_minimum(tokenized)
+
+
+@SETTINGS
+@given(
+    batch=st.lists(requests(max_questions=4), min_size=1, max_size=4),
+    repeats=st.lists(st.integers(0, 3), max_size=3),
+    max_nodes=st.sampled_from([48, 1024]),
+)
+def test_a_merged_batch_answers_each_request_as_if_alone(deciders, batch, repeats, max_nodes):
+    """Requests with other inputs share passes, requests with the same input share one forest; some repeat."""
+    batch += [batch[i % len(batch)] for i in repeats]
+    trie = Decider(deciders["trie"].loaded, DeciderOptions(scorer="trie", trie=TrieOptions(max_nodes=max_nodes)))
+    merged = trie.decide_batch(batch)
+    cold_merged = sum(d.usage.computed_tokens for d in merged)
+    cold(trie)
+    solo = [trie.decide(r) for r in batch]  # one after the other, from the same cold cache as the batch
+    for a, b in zip(merged, solo):
+        assert_same_answers(a, b, NOISE)  # each block attends alone; only the row count of the matmuls changes
+        assert a.usage.input_tokens == b.usage.input_tokens
+    if max_nodes == 1024:  # one pass per prefix: the batch computes at most what solo runs of its distinct requests do
+        assert cold_merged <= sum(cold(trie).decide(r).usage.computed_tokens for r in set(batch))
+
+
+def test_a_repeated_request_in_a_batch_is_computed_once(deciders):
+    request = DecisionRequest.of("hello there", [Question.predicate("Is it?"), Question.choice("which", ["a", "b"])])
+    first, again = cold(deciders["trie"]).decide_batch([request, request])
+    assert again.usage.computed_tokens == 0 and first.usage.computed_tokens > 0
+    assert again.usage.cached_tokens == first.usage.cache_write_tokens > 0
+    assert first.answers == again.answers
+
+
+def test_a_bad_request_in_a_batch_gets_its_error_and_the_others_their_answers(deciders):
+    good = DecisionRequest.of("fine", [Question.predicate("ok?")])
+    bad = DecisionRequest((Text("see"), Image(b"\x89PNG\r\n\x1a\n")), (Question.predicate("cat?"),))
+    a, b, c = deciders["trie"].decide_batch([good, bad, good])
+    assert isinstance(b, UnsupportedInput) and a.answers == c.answers
 
 
 def test_usage_counts(deciders):

@@ -148,3 +148,25 @@ def test_unicode_options_and_state(deciders):
     results = decide_all(deciders, request)
     assert_all_equal_the_reference(results)
     assert [len(a.probabilities) for a in results["trie"].answers] == [len(UNICODE_OPTIONS), 2, 3]
+
+
+def test_a_merged_batch_equals_solo_runs(deciders):
+    """Tickets with different inputs share forward passes; the repeated one shares its forest too."""
+    tickets = ["I was charged twice for March.", "The app crashes when I log in.", "Do you sell a team plan?"]
+    questions = [
+        Question.predicate("Is this a refund request?"),
+        Question.choice("Which team?", ["billing", "technical", "sales"]),
+        Question.score("How angry?", ["calm", "annoyed", "angry"]),
+    ]
+    batch = [DecisionRequest.of(t, questions[: 1 + i]) for i, t in enumerate(tickets)]
+    batch.append(batch[2])
+    trie = deciders["trie"]
+    trie.trie.cache.clear()
+    merged = trie.decide_batch(batch)
+    trie.trie.cache.clear()
+    solo = [trie.decide(r) for r in batch]
+    # Each block attends alone, so the answers are bit for bit those of solo runs, except where a block has only a
+    # few rows: BLAS then takes another path for the linear layers than for the merged rows (measured: 1.2e-6).
+    assert [d.answers for d in merged[1:]] == [d.answers for d in solo[1:]]
+    assert_same_answers(merged[0], solo[0], 1e-5)
+    assert merged[3].usage.computed_tokens == 0

@@ -104,12 +104,33 @@ def _bias_for(mask, length: int, span: int, cache) -> mx.array | None:
 
 
 def _fast_sdpa(stock):
-    def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+    def one(queries, keys, values, cache, scale, mask, sinks, bias=None):
         if _enabled.get() and sinks is None and not hasattr(cache, "bits") and queries.dtype == mx.float32:
-            bias = _bias_for(mask, queries.shape[2], keys.shape[2], cache)
+            bias = bias if bias is not None else _bias_for(mask, queries.shape[2], keys.shape[2], cache)
             if bias is not None:
                 return attention(queries, keys, values, scale, bias)
         return stock(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
+
+    def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
+        spans = getattr(cache, "spans", None)
+        if spans is None or len(spans) == 1 or sinks is not None:
+            return one(queries, keys, values, cache, scale, mask, sinks)
+        # A block-diagonal forest (tree_attention.ForestCache): each block attends alone, with the very
+        # shapes it has when it runs by itself, so merging blocks into one pass changes no bit.
+        outs = [
+            one(
+                queries[:, :, r0:r1],
+                keys[:, :, c0:c1],
+                values[:, :, c0:c1],
+                None,
+                scale,
+                mask[r0:r1, c0:c1],
+                None,
+                bias,
+            )
+            for (r0, r1, c0, c1), bias in zip(spans, cache.span_biases)
+        ]
+        return mx.concatenate(outs, axis=2)
 
     scaled_dot_product_attention.stock = stock
     return scaled_dot_product_attention

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 
 import mlx.nn as nn
 import numpy as np
@@ -41,26 +42,52 @@ class PositionalRoPE(nn.Module):
         return self.inner(x, offset=offset)
 
 
+@dataclass(frozen=True)
+class Block:
+    """One segment's columns of the attended K/V: its cached prefix, then its `nodes` forest nodes."""
+
+    prefix: list[tuple[mx.array, mx.array]] | None  # per layer, None when the segment has no prefix
+    prefix_len: int
+    nodes: int
+
+    @property
+    def width(self) -> int:
+        return self.prefix_len + self.nodes
+
+
 class ForestCache:
-    """A layer's view of (cached prefix K/V) + (the forest being computed now)."""
+    """A layer's view of the blocks' columns: per block, its cached prefix K/V, then its nodes' new K/V.
+
+    Its `offset` is the per-node position array; `make_mask` returns the block-diagonal ancestor mask."""
 
     def __init__(
-        self, prefix: tuple[mx.array, mx.array] | None, positions: mx.array, mask: mx.array, bias: mx.array
+        self, layer: int, blocks: list[Block], positions: mx.array, mask: mx.array, bias: mx.array, span_biases
     ) -> None:
-        self.prefix = prefix
+        self.layer = layer
+        self.blocks = blocks
         self.positions = positions
         self.mask = mask
         self.bias = bias  # the mask as 0 / -inf, for fast_kernels.attention
+        self.spans = block_spans(blocks)  # per block (rows, columns) for the block-diagonal attention
+        self.span_biases = span_biases
 
     @property
     def offset(self) -> mx.array:
         return self.positions
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        if self.prefix is None:
+        if len(self.blocks) == 1 and self.blocks[0].prefix is None:
             return keys, values
-        pk, pv = self.prefix
-        return mx.concatenate([pk, keys], axis=2), mx.concatenate([pv, values], axis=2)
+        ks, vs, start = [], [], 0
+        for b in self.blocks:
+            if b.prefix is not None:
+                pk, pv = b.prefix[self.layer]
+                ks.append(pk)
+                vs.append(pv)
+            ks.append(keys[:, :, start : start + b.nodes])
+            vs.append(values[:, :, start : start + b.nodes])
+            start += b.nodes
+        return mx.concatenate(ks, axis=2), mx.concatenate(vs, axis=2)
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> mx.array:
         return self.mask
@@ -87,21 +114,36 @@ def uninstall(layers: list) -> None:
             a.rope = a.rope.inner
 
 
-def forest_mask(ancestors: np.ndarray, prefix_len: int) -> mx.array:
-    """bool[N, prefix_len + N]: every node sees the whole prefix, then its ancestors-or-self."""
-    n = ancestors.shape[0]
-    full = np.ones((n, prefix_len + n), dtype=np.bool_)
-    full[:, prefix_len:] = ancestors
+def forest_mask(blocks: list[Block], ancestors: list[np.ndarray]) -> mx.array:
+    """bool[N, Σ width]: a block's nodes see its prefix and their own ancestors-or-self, nothing of other blocks."""
+    n = sum(b.nodes for b in blocks)
+    full = np.zeros((n, sum(b.width for b in blocks)), dtype=np.bool_)
+    row = col = 0
+    for b, anc in zip(blocks, ancestors, strict=True):
+        full[row : row + b.nodes, col : col + b.prefix_len] = True
+        full[row : row + b.nodes, col + b.prefix_len : col + b.prefix_len + b.nodes] = anc
+        row, col = row + b.nodes, col + b.width
     return mx.array(full)
 
 
+def block_spans(blocks: list[Block]) -> list[tuple[int, int, int, int]]:
+    """Per block with nodes: (first row, end row, first column, end column) of its part of the mask."""
+    spans, row, col = [], 0, 0
+    for b in blocks:
+        if b.nodes:
+            spans.append((row, row + b.nodes, col, col + b.prefix_len + b.nodes))
+        row, col = row + b.nodes, col + b.width
+    return spans
+
+
 def forest_hidden(
-    body, n_layers: int, tokens: np.ndarray, positions: np.ndarray, mask: mx.array, prefix_kv
+    body, n_layers: int, tokens: np.ndarray, positions: np.ndarray, blocks: list[Block], mask
 ) -> mx.array:
-    """Final hidden states [N, D] of the packed forest on top of the prefix K/V (or none)."""
+    """Final hidden states [N, D] of the packed forest nodes of `blocks`, each on top of its own prefix K/V."""
     pos = mx.array(positions.astype(np.int32))
     bias = fast_kernels.additive_bias(mask)
-    caches = [ForestCache(None if prefix_kv is None else prefix_kv[i], pos, mask, bias) for i in range(n_layers)]
+    span_biases = [bias[r0:r1, c0:c1] for r0, r1, c0, c1 in block_spans(blocks)]
+    caches = [ForestCache(i, blocks, pos, mask, bias, span_biases) for i in range(n_layers)]
     return body(mx.array(tokens.astype(np.int32))[None], caches)[0]
 
 
@@ -123,7 +165,8 @@ def self_test(parts, model, fast: bool = False) -> bool:
             anc[i, j] = True
             j = parents[j]
     with fast_kernels.enabled() if fast else contextlib.nullcontext():
-        got = forest_hidden(parts.body, len(parts.layers), tokens, positions, forest_mask(anc, 0), None)
+        blocks = [Block(None, 0, len(tokens))]
+        got = forest_hidden(parts.body, len(parts.layers), tokens, positions, blocks, forest_mask(blocks, [anc]))
     want_a = parts.body(mx.array(stem + a)[None])[0]
     want_b = parts.body(mx.array(stem + b)[None])[0]
     want = mx.concatenate([want_a, want_b[5:]], axis=0)

@@ -24,12 +24,13 @@ from . import ScoreResult, fast_kernels
 from .forest import build_forest, candidate_scores, pair_logits, row_logsumexp
 from .model_parts import ModelParts
 from .prefix_cache import PrefixCache
-from .tree_attention import forest_hidden, forest_mask
+from .tree_attention import Block, forest_hidden, forest_mask
 
 
 @dataclass(frozen=True)
 class TrieOptions:
     max_nodes: int = 1024  # forest nodes per forward pass (the mask is nodes × (prefix + nodes))
+    max_width: int = 4096  # attended columns (prefixes + nodes) when passes of several prefixes are merged
     cache_bytes: int = 1 << 30  # prefix-cache budget
     block: int = 16  # prefix-cache granularity in tokens
     fast_kernels: bool = True  # attention softmax and SiLU on fast_kernels (checked at load by a self-test)
@@ -96,6 +97,7 @@ class ComputedNodes:
     positions: np.ndarray
     ancestors: np.ndarray  # bool[n, n], ancestor-or-self among the kept nodes
     rows: np.ndarray  # int32[R]: forest.rows renumbered to kept nodes
+    kept: np.ndarray  # bool[forest.num_nodes]
 
     @classmethod
     def of(cls, forest) -> ComputedNodes:
@@ -107,7 +109,22 @@ class ComputedNodes:
             positions=forest.positions[keep],
             ancestors=full[np.ix_(keep, keep)],
             rows=renumber[forest.rows].astype(np.int32),
+            kept=keep,
         )
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One pass's jobs over one cached prefix: the questions of every request whose prompts share that prefix."""
+
+    prefix_len: int
+    kv: list | None  # per layer (K, V) of the prefix, None when prefix_len is 0
+    questions: list[TokenizedQuestion]
+    owners: list[list[tuple[int, int]]]  # per question: the (request, question index) slots that asked it
+    jobs: list[Job]
+
+    def cost(self) -> int:
+        return sum(j.cost(self.questions[j.question], self.prefix_len) for j in self.jobs)
 
 
 class TrieScorer:
@@ -117,17 +134,58 @@ class TrieScorer:
         self.cache = PrefixCache(namespace, self.options.cache_bytes, self.options.block)
 
     def score(self, questions: Sequence[TokenizedQuestion]) -> ScoreResult:
-        result = ScoreResult(log_likelihoods=[np.zeros(len(q.candidates)) for q in questions])
-        if not questions:
-            return result
+        return self.score_many([questions])[0]
+
+    def score_many(self, requests: Sequence[Sequence[TokenizedQuestion]]) -> list[ScoreResult]:
+        """Score several requests together: requests with the same prefix share one forest, and the
+        forests of different prefixes share forward passes (block-diagonal mask) while they fit."""
+        results = [ScoreResult(log_likelihoods=[np.zeros(len(q.candidates)) for q in qs]) for qs in requests]
+        with fast_kernels.enabled() if self.options.fast_kernels else contextlib.nullcontext():
+            segments = [seg for group in self._groups(requests, results) for seg in group]
+            for merged in self._merge(segments):
+                self._run_pass(merged, results)
+        return results
+
+    def _prefix_tokens(self, questions: Sequence[TokenizedQuestion]) -> tuple[int, ...]:
         prompts = [q.prompt for q in questions]
         shared = min(common_prefix_length(prompts), min(len(p) for p in prompts) - 1)
-        prefix_len = shared // self.options.block * self.options.block
-        with fast_kernels.enabled() if self.options.fast_kernels else contextlib.nullcontext():
-            kv = self._prefix(prompts[0][:prefix_len], result)
-            for jobs in plan_jobs(questions, prefix_len, self.options.max_nodes):
-                self._run_pass(questions, jobs, prefix_len, kv, result)
-        return result
+        return tuple(prompts[0][: shared // self.options.block * self.options.block])
+
+    def _groups(self, requests: Sequence[Sequence[TokenizedQuestion]], results: list[ScoreResult]):
+        """Per distinct prefix: its K/V (computed by the first request that needs it) and its passes."""
+        by_prefix: dict[tuple[int, ...], list[int]] = {}
+        for r, questions in enumerate(requests):
+            if questions:
+                by_prefix.setdefault(self._prefix_tokens(questions), []).append(r)
+        for prefix, members in by_prefix.items():
+            kv = self._prefix(prefix, results[members[0]])
+            for r in members[1:]:
+                results[r].cached_tokens += len(prefix)
+            owners: dict[TokenizedQuestion, list[tuple[int, int]]] = {}  # the same question is scored once
+            for r in members:
+                for i, q in enumerate(requests[r]):
+                    owners.setdefault(q, []).append((r, i))
+            questions = list(owners)
+            passes = plan_jobs(questions, len(prefix), self.options.max_nodes)
+            yield [Segment(len(prefix), kv, questions, list(owners.values()), jobs) for jobs in passes]
+
+    def _merge(self, segments: list[Segment]) -> list[list[Segment]]:
+        """Consecutive segments per forward pass, within max_nodes forest nodes and max_width attended columns."""
+        merged: list[list[Segment]] = []
+        nodes = width = 0
+        for seg in segments:
+            cost = seg.cost()
+            if (
+                merged
+                and nodes + cost <= self.options.max_nodes
+                and width + cost + seg.prefix_len <= self.options.max_width
+            ):
+                merged[-1].append(seg)
+                nodes, width = nodes + cost, width + cost + seg.prefix_len
+            else:
+                merged.append([seg])
+                nodes, width = cost, cost + seg.prefix_len
+        return merged
 
     def _prefix(self, tokens: Sequence[int], result: ScoreResult):
         """K/V of `tokens` per layer: from the cache, extended and stored when only partly there."""
@@ -152,23 +210,66 @@ class TrieScorer:
             result.cache_write_tokens += len(tokens) - hit.length
         return kv
 
-    def _run_pass(self, questions, jobs: list[Job], prefix_len: int, kv, result: ScoreResult) -> None:
-        prompts = [questions[j.question].prompt for j in jobs]
-        candidates = [[questions[j.question].candidates[c] for c in j.candidates] for j in jobs]
-        forest = build_forest(prompts, candidates, prefix_len)
-        nodes = ComputedNodes.of(forest)
-        mask = forest_mask(nodes.ancestors, prefix_len)
-        hidden = forest_hidden(self.parts.body, len(self.parts.layers), nodes.tokens, nodes.positions, mask, kv)
-        logits = self.parts.head(hidden[mx.array(nodes.rows)]).astype(mx.float32)
+    def _run_pass(self, segments: list[Segment], results: list[ScoreResult]) -> None:
+        built = [_SegmentForest.of(seg) for seg in segments]
+        blocks = [Block(seg.kv, seg.prefix_len, len(b.nodes.tokens)) for seg, b in zip(segments, built)]
+        tokens = np.concatenate([b.nodes.tokens for b in built])
+        positions = np.concatenate([b.nodes.positions for b in built])
+        mask = forest_mask(blocks, [b.nodes.ancestors for b in built])
+        hidden = forest_hidden(self.parts.body, len(self.parts.layers), tokens, positions, blocks, mask)
+        row_nodes, offset = [], 0
+        for b in built:
+            row_nodes.append(b.nodes.rows + offset)
+            offset += len(b.nodes.tokens)
+        logits = self.parts.head(hidden[mx.array(np.concatenate(row_nodes))]).astype(mx.float32)
         mx.eval(logits)
         logits_np = np.asarray(logits)
-        needs_lse = forest.row_needs_lse.copy()
-        if any(j.split for j in jobs):
-            needs_lse[:] = 1
-        lse = row_logsumexp(logits_np, needs_lse)
-        picked = pair_logits(logits_np, forest.pair_rows, forest.pair_tokens)
-        offsets = np.cumsum([0, *(len(j.candidates) for j in jobs)]).astype(np.int32)
+        first_row = 0
+        for seg, b in zip(segments, built):
+            rows = len(b.forest.rows)
+            b.gather(seg, logits_np[first_row : first_row + rows], results)
+            first_row += rows
+
+
+@dataclass(frozen=True)
+class _SegmentForest:
+    forest: object
+    nodes: ComputedNodes
+
+    @classmethod
+    def of(cls, seg: Segment) -> _SegmentForest:
+        prompts = [seg.questions[j.question].prompt for j in seg.jobs]
+        candidates = [[seg.questions[j.question].candidates[c] for c in j.candidates] for j in seg.jobs]
+        forest = build_forest(prompts, candidates, seg.prefix_len)
+        return cls(forest, ComputedNodes.of(forest))
+
+    def gather(self, seg: Segment, logits: np.ndarray, results: list[ScoreResult]) -> None:
+        """Log-likelihoods of the segment's candidates from its logits rows; computed tokens to their requests."""
+        forest = self.forest
+        needs_lse = np.ones_like(forest.row_needs_lse) if any(j.split for j in seg.jobs) else forest.row_needs_lse
+        lse = row_logsumexp(logits, needs_lse)
+        picked = pair_logits(logits, forest.pair_rows, forest.pair_tokens)
+        offsets = np.cumsum([0, *(len(j.candidates) for j in seg.jobs)]).astype(np.int32)
         lls, _ = candidate_scores(picked, forest.pair_rows, lse, forest.cand_pair_offsets, offsets)
-        for j, (lo, hi) in zip(jobs, zip(offsets[:-1], offsets[1:])):
-            result.log_likelihoods[j.question][list(j.candidates)] = lls[lo:hi]
-        result.computed_tokens += len(nodes.tokens)
+        for j, (lo, hi) in zip(seg.jobs, zip(offsets[:-1], offsets[1:])):
+            for r, i in seg.owners[j.question]:
+                results[r].log_likelihoods[i][list(j.candidates)] = lls[lo:hi]
+        jobs_of_nodes = node_jobs(forest, offsets)[self.nodes.kept]
+        for j, count in enumerate(np.bincount(jobs_of_nodes, minlength=len(seg.jobs))):
+            first_request = seg.owners[seg.jobs[j].question][0][0]
+            results[first_request].computed_tokens += int(count)
+
+
+def node_jobs(forest, job_cand_offsets: np.ndarray) -> np.ndarray:
+    """int[num_nodes]: the job that put each node into the forest (nodes are in first-insertion order, job by job).
+
+    A job's last node is the furthest of its prompt's last node and the rows its candidates read; the leaves after
+    it (last tokens nobody reads) go to the job that follows."""
+    furthest = []
+    for j in range(len(job_cand_offsets) - 1):
+        pairs = forest.pair_rows[
+            forest.cand_pair_offsets[job_cand_offsets[j]] : forest.cand_pair_offsets[job_cand_offsets[j + 1]]
+        ]
+        furthest.append(max(int(forest.prompt_last_nodes[j]), int(forest.rows[pairs].max(initial=-1))))
+    reach = np.maximum.accumulate(np.asarray(furthest))
+    return np.minimum(np.searchsorted(reach, np.arange(forest.num_nodes)), len(furthest) - 1)

@@ -39,7 +39,7 @@ class DeciderLike(Protocol):
     supports_images: bool
     info: dict
 
-    def decide_batch(self, requests: Sequence[DecisionRequest]) -> list[Decision | DecideError]: ...
+    def decide_batch(self, requests: Sequence[Any]) -> list[Decision | DecideError]: ...
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,11 @@ class Work:
     request: DecisionRequest
     tokens: int
     exact: bool
+    prepared: Any = None  # what decider.prepare returned: decide_batch takes it instead of the request
+
+    @property
+    def runnable(self) -> Any:
+        return self.request if self.prepared is None else self.prepared
 
     @property
     def questions(self) -> int:
@@ -162,7 +167,8 @@ class Engine:
         prepare = getattr(decider, "prepare", None)
         if prepare is None:
             return Work(request, estimate_tokens(request), exact=False)
-        return Work(request, int(prepare(request).input_tokens), exact=True)
+        prepared = prepare(request)
+        return Work(request, int(prepared.input_tokens), exact=True, prepared=prepared)
 
     def submit(self, work: Work, deadline: float, alive: Callable[[], bool] = lambda: True) -> Job:
         """Queue `work`, or raise Overloaded at once when max_pending jobs already wait."""
@@ -276,7 +282,7 @@ class Engine:
         if not batch:
             return
         started = time.monotonic()
-        outcomes = self._decide([job.work.request for job in batch])
+        outcomes = self._decide([job.work.runnable for job in batch])
         finished = time.monotonic()
         for job, outcome in zip(batch, outcomes):
             job.outcome, job.finished, job.batch_size, job.state = outcome, finished, len(batch), "done"
@@ -285,7 +291,7 @@ class Engine:
         for job in batch:
             job.done.set()
 
-    def _decide(self, requests: list[DecisionRequest]) -> list[Outcome]:
+    def _decide(self, requests: list[Any]) -> list[Outcome]:
         """decide_batch; if a merged batch fails as a whole, each request runs alone, so one bad
         request cannot fail the others."""
         assert self.decider is not None
