@@ -29,6 +29,7 @@ test-fast: install
 bench: install
 	$(VENV)/bin/pytest -q bench --benchmark-only -p no:cacheprovider
 	$(PY) -m bench.summary
+	$(PY) -m bench.concurrency
 
 lint: install
 	$(VENV)/bin/ruff check .
