@@ -56,8 +56,26 @@ def _silu_product(gate: mx.array, x: mx.array, exp_minus_gate: mx.array) -> mx.a
     return gate * x / (1.0 + exp_minus_gate)
 
 
+ROWS_BYTES = 4 << 20  # score rows evaluated at a time: a working set that stays in the CPU's cache
+
+
 def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, bias: mx.array) -> mx.array:
-    """softmax(q kᵀ · scale + bias) v, grouped-query aware. bias: float32[L, S] of 0 / -inf."""
+    """softmax(q kᵀ · scale + bias) v, grouped-query aware. bias: float32[L, S] of 0 / -inf.
+
+    Long spans are done a block of query rows at a time, each evaluated on its own: the softmax is a
+    chain of elementwise passes over the scores, 3x faster when they fit in cache than from memory."""
+    b, h, length, d = queries.shape
+    rows = max(16, ROWS_BYTES // (4 * b * h * keys.shape[2]))
+    if length <= rows:
+        return _attention(queries, keys, values, scale, bias)
+    outs = []
+    for start in range(0, length, rows):
+        outs.append(_attention(queries[:, :, start : start + rows], keys, values, scale, bias[start : start + rows]))
+        mx.eval(outs[-1])
+    return mx.concatenate(outs, axis=2)
+
+
+def _attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, bias: mx.array) -> mx.array:
     b, h, length, d = queries.shape
     kv_heads, span = keys.shape[1], keys.shape[2]
     groups = h // kv_heads

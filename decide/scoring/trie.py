@@ -26,6 +26,8 @@ from .model_parts import ModelParts
 from .prefix_cache import PrefixCache
 from .tree_attention import Block, forest_hidden, forest_mask
 
+PREFIX_CHUNK = 512  # prefix tokens per causal forward
+
 
 @dataclass(frozen=True)
 class TrieOptions:
@@ -199,7 +201,12 @@ class TrieScorer:
         if hit.kv is not None:
             for c, (k, v) in zip(caches, hit.kv):
                 c.state = (k, v, hit.length)
-        self.parts.body(mx.array(tokens[hit.length :], dtype=mx.int32)[None], caches)
+        for start in range(hit.length, len(tokens), PREFIX_CHUNK):
+            # In chunks: each attends only to the keys before it (a causal mask over the whole prefix
+            # would compute, then discard, the upper triangle of every attention).
+            chunk = tokens[start : start + PREFIX_CHUNK]
+            self.parts.body(mx.array(chunk, dtype=mx.int32)[None], caches)
+            mx.eval([c.state for c in caches])
         kv = [
             (mx.contiguous(c.keys[..., : len(tokens), :]), mx.contiguous(c.values[..., : len(tokens), :]))
             for c in caches
