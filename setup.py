@@ -1,4 +1,4 @@
-"""Native extensions: the token trie (C++/pybind11), the log-prob gather (Cython), a BLAS shim (C)."""
+"""Native extensions: the token trie and CPU attention (C++/pybind11), the log-prob gather (Cython), a BLAS shim (C)."""
 
 import re
 from pathlib import Path
@@ -13,11 +13,12 @@ VERSION_MACRO = [("DECIDE_VERSION", f'"{VERSION}"')]
 
 native = Pybind11Extension(
     "decide._native",
-    ["csrc/bindings.cpp", "csrc/trie.cpp"],
+    ["csrc/bindings.cpp", "csrc/trie.cpp", "csrc/attention.cpp"],
     include_dirs=["csrc"],
     cxx_std=17,
     define_macros=VERSION_MACRO,
-    extra_compile_args=["-O3"],
+    extra_compile_args=["-O3", "-fopenmp-simd"],
+    libraries=["dl"],
 )
 gather = Extension(
     "decide._gather",

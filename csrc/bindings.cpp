@@ -1,5 +1,5 @@
-// decide._native: binds the token forest of csrc/trie.hpp. Only binding code here; the GIL is released
-// around the C++ work.
+// decide._native: binds the token forest of csrc/trie.hpp and the attention of csrc/attention.hpp. Only
+// binding code here; the GIL is released around the C++ work.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "attention.hpp"
 #include "trie.hpp"
 
 namespace py = pybind11;
@@ -57,10 +58,57 @@ py::array_t<bool> ancestor_mask(const Int32Array& parents, py::ssize_t start, st
     return mask;
 }
 
+using FloatArray = py::array_t<float, 0>;  // float32 as it comes, strides kept (no copy)
+
+decide::StridedHeads heads_view(const FloatArray& a, const char* name, int dim) {
+    // (A stride along an axis of length 1 is meaningless: numpy and MLX may report 0 there.)
+    if (a.ndim() != 3 || a.shape(2) != dim || (dim > 1 && a.strides(2) != sizeof(float)) ||
+        a.strides(1) % sizeof(float) != 0 || a.strides(0) % sizeof(float) != 0 || a.strides(1) < 0 || a.strides(0) < 0) {
+        throw std::invalid_argument(std::string(name) + " must be float32 [heads, rows, dim] with a contiguous last axis");
+    }
+    return {a.data(), static_cast<int64_t>(a.strides(0) / sizeof(float)), static_cast<int64_t>(a.strides(1) / sizeof(float))};
+}
+
+py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const FloatArray& v, float scale,
+                             const std::optional<FloatArray>& bias, int64_t causal_offset) {
+    if (!decide::attention_available()) throw std::runtime_error("no cblas_sgemm in the process (see decide.runtime)");
+    if (q.ndim() != 3 || k.ndim() != 3) throw std::invalid_argument("q, k, v must be [heads, rows, dim]");
+    decide::AttentionInput in{};
+    in.heads = static_cast<int>(q.shape(0));
+    in.length = static_cast<int>(q.shape(1));
+    in.dim = static_cast<int>(q.shape(2));
+    in.kv_heads = static_cast<int>(k.shape(0));
+    in.span = static_cast<int>(k.shape(1));
+    in.q = heads_view(q, "q", in.dim);
+    in.k = heads_view(k, "k", in.dim);
+    in.v = heads_view(v, "v", in.dim);
+    if (in.kv_heads < 1 || in.heads % in.kv_heads != 0 || v.shape(0) != in.kv_heads || v.shape(1) != in.span ||
+        in.span < 1) {
+        throw std::invalid_argument("k and v must be [kv_heads, span, dim], span >= 1, kv_heads dividing heads");
+    }
+    in.scale = scale;
+    in.causal_offset = causal_offset;
+    if (bias) {
+        if (bias->ndim() != 2 || bias->shape(0) != in.length || bias->shape(1) != in.span ||
+            (in.span > 1 && bias->strides(1) != sizeof(float)) || bias->strides(0) % sizeof(float) != 0 || bias->strides(0) < 0) {
+            throw std::invalid_argument("bias must be float32 [length, span] with contiguous rows");
+        }
+        in.bias = bias->data();
+        in.bias_row_stride = static_cast<int64_t>(bias->strides(0) / sizeof(float));
+    }
+    py::array_t<float> out({in.heads, in.length, in.dim});
+    float* dst = out.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        decide::attention(in, dst);
+    }
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
-    m.doc() = "Native core of decide: the token forest (trie) of a request. Use decide.scoring.forest.";
+    m.doc() = "Native core of decide: the token forest (trie) of a request, and CPU attention.";
     m.attr("__version__") = DECIDE_VERSION;
 
     py::class_<decide::Forest>(m, "Forest", "A packed token forest; arrays are read-only views owned by it.")
@@ -84,4 +132,11 @@ PYBIND11_MODULE(_native, m) {
           "malformed input (empty candidate, prefix_len too large, prompts not sharing the prefix, ...).");
     m.def("ancestor_mask", &ancestor_mask, py::arg("parents"), py::arg("start") = 0, py::arg("stop") = py::none(),
           "bool[stop - start, stop]: mask[i - start, j] = node j is an ancestor-or-self of node i.");
+    m.def("attention_available", &decide::attention_available,
+          "True when a cblas_sgemm is in the process's global symbol scope (decide.runtime loaded a BLAS).");
+    m.def("attention", &attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("bias"),
+          py::arg("causal_offset") = 0,
+          "softmax(q kᵀ · scale + mask) v for one sequence: q float32 [heads, length, dim], k and v [kv_heads, span, "
+          "dim]; mask = bias [length, span] (0 / -inf), or with bias None causal (query i sees keys j <= i + "
+          "causal_offset). Returns float32 [heads, length, dim].");
 }

@@ -1,4 +1,5 @@
-"""Native core of decide: the token forest of a request (csrc/trie.cpp). Use decide.scoring.forest."""
+"""Native core of decide: the token forest of a request (csrc/trie.cpp; use decide.scoring.forest) and CPU
+attention (csrc/attention.cpp; use decide.scoring.fast_kernels)."""
 
 import numpy as np
 import numpy.typing as npt
@@ -47,3 +48,17 @@ def build_forest(
 
 def ancestor_mask(parents: npt.ArrayLike, start: int = 0, stop: int | None = None) -> npt.NDArray[np.bool_]:
     """bool[stop - start, stop]: mask[i - start, j] = node j is an ancestor-or-self of node i."""
+
+def attention_available() -> bool:
+    """True when a cblas_sgemm is in the process's global symbol scope (decide.runtime loaded a BLAS)."""
+
+def attention(
+    q: npt.NDArray[np.float32],
+    k: npt.NDArray[np.float32],
+    v: npt.NDArray[np.float32],
+    scale: float,
+    bias: npt.NDArray[np.float32] | None,
+    causal_offset: int = 0,
+) -> npt.NDArray[np.float32]:
+    """softmax(q kᵀ · scale + mask) v for one sequence: q [heads, length, dim], k and v [kv_heads, span, dim];
+    mask = bias [length, span] (0 / -inf), or with bias None causal (query i sees keys j <= i + causal_offset)."""

@@ -1,9 +1,11 @@
-"""Exp-free-of-libm kernels for the trie engine's forwards, swapped into mlx-lm model modules.
+"""Faster attention and SiLU for the trie engine's forwards, swapped into mlx-lm model modules.
 
 On a CPU, MLX evaluates `exp` (and so softmax and sigmoid) one libm call per element: ~20-60 M/s,
-against billions per second for a multiply. A transformer layer spends most of its non-matmul
-time there (attention softmax, SiLU). `fast_exp` is Cody-Waite range reduction, a degree-7 Taylor
-polynomial and an exponent built from integer bits, fused by `mx.compile` (relative error < 2e-7).
+against billions per second for a multiply, and runs attention as separate passes over the whole
+score matrix. `fast_exp` is Cody-Waite range reduction, a degree-7 Taylor polynomial and an
+exponent built from integer bits, fused by `mx.compile` (relative error < 2e-7). Attention goes to
+the native kernel of csrc/attention.cpp (tiles of query rows, BLAS products, the same exp,
+vectorized) where an optimized BLAS is loaded, else to `mlx_attention`.
 
 `install(model)` replaces the `scaled_dot_product_attention` and `swiglu` names a model's module
 imported from mlx-lm with wrappers that use these kernels only inside `enabled()`; everywhere else
@@ -14,11 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import sys
 from collections.abc import Iterator
 from functools import partial
 
-from ..runtime import mx
+import numpy as np
+
+from .. import _native
+from ..runtime import device, mx
 
 _LOG2E = 1.4426950408889634
 _LN2_HI = 0.693145751953125  # ln 2 split so that n * _LN2_HI is exact in float32
@@ -59,12 +65,40 @@ def _silu_product(gate: mx.array, x: mx.array, exp_minus_gate: mx.array) -> mx.a
 ROWS_BYTES = 4 << 20  # score rows evaluated at a time: a working set that stays in the CPU's cache
 
 
-def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, bias: mx.array) -> mx.array:
-    """softmax(q kᵀ · scale + bias) v, grouped-query aware. bias: float32[L, S] of 0 / -inf.
+def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array | int) -> mx.array:
+    """softmax(q kᵀ · scale + mask) v, grouped-query aware.
 
-    Long spans are done a block of query rows at a time, each evaluated on its own: the softmax is a
-    chain of elementwise passes over the scores, 3x faster when they fit in cache than from memory."""
+    `mask`: a float32[L, S] bias of 0 / -inf, or an int c for a causal mask (query i sees keys j <= i + c).
+    On a CPU with an optimized BLAS one sequence goes to the native kernel (csrc/attention.cpp);
+    otherwise `mlx_attention` runs, its reference."""
+    if queries.shape[0] == 1 and _native_fits():
+        return _native_attention(queries, keys, values, scale, mask)
+    return mlx_attention(queries, keys, values, scale, mask)
+
+
+@functools.cache
+def _native_fits() -> bool:
+    return device() == "cpu" and _native.attention_available()
+
+
+def _native_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask) -> mx.array:
+    bias = None if isinstance(mask, int) else mask
+    mx.eval(queries, keys, values, *([] if bias is None else [bias]))
+    q, k, v = (_rows_contiguous(np.asarray(a)[0]) for a in (queries, keys, values))  # views, no copy
+    bias_np = None if bias is None else _rows_contiguous(np.asarray(bias))
+    out = _native.attention(q, k, v, scale, bias_np, 0 if bias is not None else mask)
+    return mx.array(out)[None]
+
+
+def _rows_contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.shape[-1] == 1 or a.strides[-1] == a.itemsize else np.ascontiguousarray(a)
+
+
+def mlx_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array | int) -> mx.array:
+    """`attention` in MLX ops. Long spans are done a block of query rows at a time, each evaluated on
+    its own: the softmax is a chain of elementwise passes over the scores, 3x faster in cache."""
     b, h, length, d = queries.shape
+    bias = causal_bias(length, keys.shape[2], mask) if isinstance(mask, int) else mask
     rows = max(16, ROWS_BYTES // (4 * b * h * keys.shape[2]))
     if length <= rows:
         return _attention(queries, keys, values, scale, bias)
@@ -92,9 +126,10 @@ def additive_bias(mask: mx.array) -> mx.array:
     return mx.where(mask, mx.array(0.0, mx.float32), mx.array(-mx.inf, mx.float32))
 
 
-def causal_bias(length: int, span: int) -> mx.array:
-    """The queries are the last `length` of `span` positions; each sees itself and what precedes it."""
-    rows = mx.arange(span - length, span)[:, None]
+def causal_bias(length: int, span: int, offset: int | None = None) -> mx.array:
+    """Query i sees keys j <= i + offset (default span - length: the queries are the last `length` positions)."""
+    offset = span - length if offset is None else offset
+    rows = mx.arange(length)[:, None] + offset
     return additive_bias(mx.arange(span)[None, :] <= rows)
 
 
@@ -107,15 +142,15 @@ def enabled() -> Iterator[None]:
         _enabled.reset(token)
 
 
-def _bias_for(mask, length: int, span: int, cache) -> mx.array | None:
-    """The additive bias of an mlx-lm mask argument; None when the fast path does not apply."""
+def _mask_for(mask, length: int, span: int, cache) -> mx.array | int | None:
+    """`attention`'s mask for an mlx-lm mask argument; None when the fast path does not apply."""
     cached = getattr(cache, "bias", None)
     if cached is not None:
         return cached
     if mask is None:
-        return mx.zeros((length, span), mx.float32) if length == 1 else None
+        return span - 1 if length == 1 else None
     if isinstance(mask, str):
-        return causal_bias(length, span) if mask == "causal" else None
+        return span - length if mask == "causal" else None
     if mask.dtype == mx.bool_:
         return additive_bias(mask)
     return None
@@ -124,9 +159,9 @@ def _bias_for(mask, length: int, span: int, cache) -> mx.array | None:
 def _fast_sdpa(stock):
     def one(queries, keys, values, cache, scale, mask, sinks, bias=None):
         if _enabled.get() and sinks is None and not hasattr(cache, "bits") and queries.dtype == mx.float32:
-            bias = bias if bias is not None else _bias_for(mask, queries.shape[2], keys.shape[2], cache)
-            if bias is not None:
-                return attention(queries, keys, values, scale, bias)
+            fast_mask = bias if bias is not None else _mask_for(mask, queries.shape[2], keys.shape[2], cache)
+            if fast_mask is not None:
+                return attention(queries, keys, values, scale, fast_mask)
         return stock(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
 
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):

@@ -1,0 +1,38 @@
+// Masked attention for one sequence on a CPU: softmax(q kᵀ · scale + mask) v, grouped-query aware.
+//
+// MLX evaluates attention on a CPU as a chain of separate passes over the whole score matrix
+// (matmul, add, max, exp, sum, matmul), each streaming it through memory. Here a tile of query
+// rows of one KV group is done at a time: its scores stay in cache, the two products go to the
+// process's BLAS (cblas_sgemm), and the softmax is one vectorized loop. Under a causal mask a tile
+// computes only the keys its last row can see.
+#pragma once
+
+#include <cstdint>
+
+namespace decide {
+
+struct StridedHeads {  // float32 [heads, rows, dim], the last axis contiguous; strides in elements
+    const float* data;
+    int64_t head_stride;
+    int64_t row_stride;
+};
+
+struct AttentionInput {
+    StridedHeads q;  // [heads, length, dim]
+    StridedHeads k;  // [kv_heads, span, dim]
+    StridedHeads v;  // [kv_heads, span, dim]
+    int heads, kv_heads, length, span, dim;
+    float scale;
+    const float* bias;        // [length, span] additive (0 or -inf), or null for a causal mask:
+    int64_t bias_row_stride;  //   then query i sees the keys j <= i + causal_offset
+    int64_t causal_offset;
+};
+
+// True when a cblas_sgemm is in the process's global symbol scope (an optimized BLAS loaded
+// RTLD_GLOBAL, see decide/runtime.py). attention() must not be called otherwise.
+bool attention_available();
+
+// out: float32 [heads, length, dim], contiguous.
+void attention(const AttentionInput& in, float* out);
+
+}  // namespace decide
