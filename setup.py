@@ -13,7 +13,7 @@ VERSION_MACRO = [("DECIDE_VERSION", f'"{VERSION}"')]
 
 native = Pybind11Extension(
     "decide._native",
-    ["csrc/bindings.cpp", "csrc/trie.cpp", "csrc/attention.cpp"],
+    ["csrc/bindings.cpp", "csrc/trie.cpp", "csrc/kernels.cpp"],
     include_dirs=["csrc"],
     cxx_std=17,
     define_macros=VERSION_MACRO,

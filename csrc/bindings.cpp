@@ -1,13 +1,15 @@
-// decide._native: binds the token forest of csrc/trie.hpp and the attention of csrc/attention.hpp. Only
+// decide._native: binds the token forest of csrc/trie.hpp and the CPU kernels of csrc/kernels.hpp. Only
 // binding code here; the GIL is released around the C++ work.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 #include <stdexcept>
 
-#include "attention.hpp"
+#include "kernels.hpp"
 #include "trie.hpp"
 
 namespace py = pybind11;
@@ -105,6 +107,21 @@ py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const Flo
     return out;
 }
 
+py::array_t<float> silu_product(const FloatArray& gate, const FloatArray& up) {
+    const auto c_order = py::array::c_style;
+    if (!(gate.flags() & c_order) || !(up.flags() & c_order) || gate.ndim() != up.ndim() ||
+        !std::equal(gate.shape(), gate.shape() + gate.ndim(), up.shape())) {
+        throw std::invalid_argument("gate and up must be C-contiguous float32 arrays of one shape");
+    }
+    py::array_t<float> out(std::vector<py::ssize_t>(gate.shape(), gate.shape() + gate.ndim()));
+    float* dst = out.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        decide::silu_product(gate.data(), up.data(), dst, static_cast<size_t>(gate.size()));
+    }
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -132,6 +149,8 @@ PYBIND11_MODULE(_native, m) {
           "malformed input (empty candidate, prefix_len too large, prompts not sharing the prefix, ...).");
     m.def("ancestor_mask", &ancestor_mask, py::arg("parents"), py::arg("start") = 0, py::arg("stop") = py::none(),
           "bool[stop - start, stop]: mask[i - start, j] = node j is an ancestor-or-self of node i.");
+    m.def("silu_product", &silu_product, py::arg("gate"), py::arg("up"),
+          "silu(gate) * up elementwise (C-contiguous float32 arrays of one shape).");
     m.def("attention_available", &decide::attention_available,
           "True when a cblas_sgemm is in the process's global symbol scope (decide.runtime loaded a BLAS).");
     m.def("attention", &attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("bias"),

@@ -1,5 +1,5 @@
 """Native core of decide: the token forest of a request (csrc/trie.cpp; use decide.scoring.forest) and CPU
-attention (csrc/attention.cpp; use decide.scoring.fast_kernels)."""
+kernels (csrc/kernels.cpp; use decide.scoring.fast_kernels)."""
 
 import numpy as np
 import numpy.typing as npt
@@ -62,3 +62,6 @@ def attention(
 ) -> npt.NDArray[np.float32]:
     """softmax(q kᵀ · scale + mask) v for one sequence: q [heads, length, dim], k and v [kv_heads, span, dim];
     mask = bias [length, span] (0 / -inf), or with bias None causal (query i sees keys j <= i + causal_offset)."""
+
+def silu_product(gate: npt.NDArray[np.float32], up: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    """silu(gate) * up elementwise (C-contiguous float32 arrays of one shape)."""

@@ -4,8 +4,8 @@ On a CPU, MLX evaluates `exp` (and so softmax and sigmoid) one libm call per ele
 against billions per second for a multiply, and runs attention as separate passes over the whole
 score matrix. `fast_exp` is Cody-Waite range reduction, a degree-7 Taylor polynomial and an
 exponent built from integer bits, fused by `mx.compile` (relative error < 2e-7). Attention goes to
-the native kernel of csrc/attention.cpp (tiles of query rows, BLAS products, the same exp,
-vectorized) where an optimized BLAS is loaded, else to `mlx_attention`.
+the native kernel of csrc/kernels.cpp (tiles of query rows, BLAS products, the same exp,
+vectorized) where an optimized BLAS is loaded, else to `mlx_attention`; likewise SiLU.
 
 `install(model)` replaces the `scaled_dot_product_attention` and `swiglu` names a model's module
 imported from mlx-lm with wrappers that use these kernels only inside `enabled()`; everywhere else
@@ -57,6 +57,18 @@ def fast_exp(x: mx.array) -> mx.array:
     return _times_two_to_n(*_exp_parts(x))
 
 
+def silu_product(gate: mx.array, up: mx.array) -> mx.array:
+    """silu(gate) · up, SwiGLU's product: native on a CPU, else `mlx_silu_product`, its reference."""
+    if _on_cpu() and gate.shape == up.shape:
+        mx.eval(gate, up)
+        return mx.array(_native.silu_product(*(np.ascontiguousarray(a) for a in (gate, up))))
+    return mlx_silu_product(gate, up)
+
+
+def mlx_silu_product(gate: mx.array, up: mx.array) -> mx.array:
+    return _silu_product(gate, up, fast_exp(-gate))
+
+
 @partial(mx.compile, shapeless=True)
 def _silu_product(gate: mx.array, x: mx.array, exp_minus_gate: mx.array) -> mx.array:
     return gate * x / (1.0 + exp_minus_gate)
@@ -69,7 +81,7 @@ def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
     """softmax(q kᵀ · scale + mask) v, grouped-query aware.
 
     `mask`: a float32[L, S] bias of 0 / -inf, or an int c for a causal mask (query i sees keys j <= i + c).
-    On a CPU with an optimized BLAS one sequence goes to the native kernel (csrc/attention.cpp);
+    On a CPU with an optimized BLAS one sequence goes to the native kernel (csrc/kernels.cpp);
     otherwise `mlx_attention` runs, its reference."""
     if queries.shape[0] == 1 and _native_fits():
         return _native_attention(queries, keys, values, scale, mask)
@@ -77,8 +89,13 @@ def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float,
 
 
 @functools.cache
+def _on_cpu() -> bool:
+    return device() == "cpu"
+
+
+@functools.cache
 def _native_fits() -> bool:
-    return device() == "cpu" and _native.attention_available()
+    return _on_cpu() and _native.attention_available()
 
 
 def _native_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask) -> mx.array:
@@ -192,7 +209,7 @@ def _fast_sdpa(stock):
 def _fast_swiglu(stock):
     def swiglu(gate, x):
         if _enabled.get() and gate.dtype == mx.float32:
-            return _silu_product(gate, x, fast_exp(-gate))
+            return silu_product(gate, x)
         return stock(gate, x)
 
     swiglu.stock = stock

@@ -1,6 +1,8 @@
-"""The trie engine's attention kernels: native (csrc/attention.cpp) == MLX twin == MLX's own SDPA, on random
-shapes, groupings, causal offsets, tree masks and strided views; fast_exp == exp."""
+"""The trie engine's CPU kernels (csrc/kernels.cpp): native attention == its MLX twin == MLX's own SDPA, on random
+shapes, groupings, causal offsets, tree masks and strided views; native SiLU product == MLX twin == nn.silu; fast_exp
+== exp."""
 
+import mlx.nn as nn
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,7 +12,7 @@ from decide import _native
 from decide.runtime import mx
 from decide.scoring import fast_kernels
 
-pytestmark = pytest.mark.skipif(not fast_kernels._native_fits(), reason="no optimized BLAS for the native kernel")
+needs_blas = pytest.mark.skipif(not fast_kernels._native_fits(), reason="no optimized BLAS for the native attention")
 
 TOLERANCE = 2e-5
 
@@ -43,6 +45,7 @@ def stock(q, k, v, scale, mask):
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=bias)
 
 
+@needs_blas
 @settings(max_examples=150, deadline=None)
 @given(attention_inputs())
 def test_native_attention_equals_its_mlx_twin_and_mlx_sdpa(inputs) -> None:
@@ -53,6 +56,7 @@ def test_native_attention_equals_its_mlx_twin_and_mlx_sdpa(inputs) -> None:
     assert np.abs(twin - want).max() <= TOLERANCE
 
 
+@needs_blas
 def test_the_causal_offset_hides_exactly_the_later_keys() -> None:
     rng = np.random.default_rng(1)
     q, k, v = (mx.array(rng.standard_normal((1, 2, n, 8), dtype=np.float32)) for n in (3, 6, 6))
@@ -63,6 +67,7 @@ def test_the_causal_offset_hides_exactly_the_later_keys() -> None:
         assert np.abs(got[:, :, i : i + 1] - want).max() <= TOLERANCE
 
 
+@needs_blas
 def test_long_spans_take_several_tiles() -> None:
     rng = np.random.default_rng(2)
     q = mx.array(rng.standard_normal((1, 9, 300, 64), dtype=np.float32))
@@ -71,6 +76,7 @@ def test_long_spans_take_several_tiles() -> None:
     assert np.abs(np.asarray(fast_kernels.attention(*inputs)) - np.asarray(stock(*inputs))).max() <= TOLERANCE
 
 
+@needs_blas
 @pytest.mark.parametrize(
     "q_shape, kv_shape, bias_shape",
     [
@@ -87,6 +93,7 @@ def test_the_native_kernel_refuses_mismatched_shapes(q_shape, kv_shape, bias_sha
         _native.attention(*arrays, 1.0, bias, 0)
 
 
+@needs_blas
 def test_the_native_kernel_refuses_a_strided_last_axis() -> None:
     q = np.zeros((1, 3, 16), np.float32)[:, :, ::2]
     with pytest.raises(ValueError, match="contiguous last axis"):
@@ -97,3 +104,19 @@ def test_fast_exp_matches_exp_to_float32_precision() -> None:
     x = mx.array(np.linspace(-87, 88, 200_001, dtype=np.float32))
     rel = np.abs(np.asarray(fast_kernels.fast_exp(x)) / np.exp(np.asarray(x, np.float64)) - 1)
     assert rel.max() < 1e-6
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=2), st.integers(0, 2**32 - 1))
+def test_native_silu_product_equals_its_mlx_twin_and_nn_silu(shape, seed) -> None:
+    shape = [1, *shape]  # [batch, tokens, features] as in a model
+    rng = np.random.default_rng(seed)
+    gate, up = (mx.array(8 * rng.standard_normal(shape, dtype=np.float32)) for _ in range(2))
+    want = np.asarray(nn.silu(gate) * up)
+    for got in (fast_kernels.silu_product(gate, up), fast_kernels.mlx_silu_product(gate, up)):
+        assert np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_native_silu_product_refuses_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match="one shape"):
+        _native.silu_product(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32))

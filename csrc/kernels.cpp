@@ -1,4 +1,4 @@
-#include "attention.hpp"
+#include "kernels.hpp"
 
 #include <dlfcn.h>
 
@@ -135,6 +135,14 @@ void attention(const AttentionInput& in, float* out) {
             attend_tile(in, {g, r0, rows, cols}, queries.data(), scores.data(), values.data(), out);
         }
     }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void silu_product(const float* gate, const float* up, float* out, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) out[i] = gate[i] * up[i] / (1.0f + exp_poly(-gate[i]));
 }
 
 }  // namespace decide

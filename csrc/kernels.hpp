@@ -1,12 +1,13 @@
-// Masked attention for one sequence on a CPU: softmax(q kᵀ · scale + mask) v, grouped-query aware.
+// CPU kernels for the trie engine's forward, where MLX's own ops are slow on a CPU.
 //
-// MLX evaluates attention on a CPU as a chain of separate passes over the whole score matrix
+// Attention for one sequence: softmax(q kᵀ · scale + mask) v, grouped-query aware. MLX evaluates attention on a CPU as a chain of separate passes over the whole score matrix
 // (matmul, add, max, exp, sum, matmul), each streaming it through memory. Here a tile of query
 // rows of one KV group is done at a time: its scores stay in cache, the two products go to the
 // process's BLAS (cblas_sgemm), and the softmax is one vectorized loop. Under a causal mask a tile
 // computes only the keys its last row can see.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace decide {
@@ -34,5 +35,9 @@ bool attention_available();
 
 // out: float32 [heads, length, dim], contiguous.
 void attention(const AttentionInput& in, float* out);
+
+// SwiGLU's product silu(gate) · up = gate · up / (1 + exp(-gate)), elementwise over n floats. MLX
+// computes exp with one libm call per element; this is the vectorized exp of attention.
+void silu_product(const float* gate, const float* up, float* out, size_t n);
 
 }  // namespace decide
