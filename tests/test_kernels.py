@@ -120,3 +120,27 @@ def test_native_silu_product_equals_its_mlx_twin_and_nn_silu(shape, seed) -> Non
 def test_the_native_silu_product_refuses_mismatched_shapes() -> None:
     with pytest.raises(ValueError, match="one shape"):
         _native.silu_product(np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32))
+
+
+@pytest.mark.parametrize("traditional", [False, True])
+@pytest.mark.parametrize("dims", [64, 32])
+def test_rope_tables_rotate_exactly_as_the_models_rope(traditional, dims) -> None:
+    rope = nn.RoPE(dims, traditional=traditional, base=100000)
+    x = mx.random.normal((1, 9, 37, 64), key=mx.random.key(3))
+    positions = mx.array(np.random.default_rng(4).integers(0, 5000, 37).astype(np.int32))
+    tables = fast_kernels.RopeTables()
+    along_batch = rope(x.transpose(2, 1, 0, 3), offset=positions).transpose(2, 1, 0, 3)  # PositionalRoPE's way
+    for offset, want in ((4000, rope(x, offset=4000)), (positions, along_batch)):
+        for _ in range(2):  # computed, then from the table
+            assert np.abs(np.asarray(tables.rotate(rope, x, offset)) - np.asarray(want)).max() <= 1e-6
+
+
+def test_rope_tables_leave_other_ropes_and_odd_calls_to_the_model() -> None:
+    class ScaledRoPE(nn.RoPE):
+        pass
+
+    x = mx.zeros((1, 2, 5, 8))
+    tables = fast_kernels.RopeTables()
+    assert tables.rotate(ScaledRoPE(8), x, 0) is None
+    assert tables.rotate(nn.RoPE(8), x, mx.arange(4)) is None  # not one position per token
+    assert tables.rotate(nn.RoPE(8), x.astype(mx.float16), 0) is None

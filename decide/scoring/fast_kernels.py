@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator
 from functools import partial
 
+import mlx.nn as nn
 import numpy as np
 
 from .. import _native
@@ -138,6 +139,68 @@ def _attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float
     return out.reshape(b, h, length, d)
 
 
+class RopeTables:
+    """cos/sin tables of a model's RoPE for a pass's positions, shared by all its layers and heads.
+
+    A RoPE is linear: rotating a vector with ones where each pair's first element is and zeros
+    elsewhere yields (cos, sin) of every pair. So the tables come from the model's own rope, with
+    its own angles; only plain `nn.RoPE` is trusted to be a pure per-pair rotation. MLX's CPU
+    rope computes cos and sin per element with libm; here 30 layers x 12 heads share one table."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._tables: dict[tuple, tuple[object, mx.array, mx.array]] = {}
+
+    def rotate(self, rope, x: mx.array, offset) -> mx.array | None:
+        """rope(x, offset) through the tables; None when the rope or the call does not fit."""
+        if type(rope) is not nn.RoPE or x.ndim != 4 or x.dtype != mx.float32 or rope.dims % 2:
+            return None
+        per_token = isinstance(offset, mx.array)
+        if per_token and (offset.ndim != 1 or offset.shape[0] != x.shape[2]):
+            return None
+        cos, sin = self._lookup(rope, offset, x.shape[2], per_token)
+        half = rope.dims // 2
+        if rope.traditional:
+            pairs = x[..., : rope.dims].reshape(*x.shape[:-1], half, 2)
+            first, second = _rotate_pair(pairs[..., 0], pairs[..., 1], cos, sin)
+            rotated = mx.stack([first, second], axis=-1).reshape(*x.shape[:-1], rope.dims)
+        else:
+            rotated = mx.concatenate(_rotate_pair(x[..., :half], x[..., half : rope.dims], cos, sin), axis=-1)
+        return rotated if rope.dims == x.shape[-1] else mx.concatenate([rotated, x[..., rope.dims :]], axis=-1)
+
+    def _lookup(self, rope, offset, length: int, per_token: bool) -> tuple[mx.array, mx.array]:
+        where = ("tokens", id(offset)) if per_token else ("range", offset, length)
+        key = (rope.dims, rope.traditional, rope.base, rope.scale, *where)
+        hit = self._tables.get(key)
+        if hit is not None and (not per_token or hit[0] is offset):
+            return hit[1], hit[2]
+        half = rope.dims // 2
+        unit = mx.zeros((rope.dims,), mx.float32)
+        unit = unit.at[0::2].add(1.0) if rope.traditional else unit.at[:half].add(1.0)
+        if per_token:  # the tokens along the batch axis, one offset each (as PositionalRoPE does)
+            rotated = rope(mx.broadcast_to(unit, (length, 1, 1, rope.dims)), offset=offset).reshape(length, -1)
+        else:
+            rotated = rope(mx.broadcast_to(unit, (1, 1, length, rope.dims)), offset=offset).reshape(length, -1)
+        if rope.traditional:
+            cos, sin = rotated[:, 0::2], rotated[:, 1::2]
+        else:
+            cos, sin = rotated[:, :half], rotated[:, half:]
+        cos, sin = mx.contiguous(cos), mx.contiguous(sin)
+        mx.eval(cos, sin)
+        if len(self._tables) >= self.size:
+            self._tables.pop(next(iter(self._tables)))
+        self._tables[key] = (offset, cos, sin)  # holds the offset array, so its id stays its own
+        return cos, sin
+
+
+@partial(mx.compile, shapeless=True)
+def _rotate_pair(first: mx.array, second: mx.array, cos: mx.array, sin: mx.array) -> tuple[mx.array, mx.array]:
+    return first * cos - second * sin, first * sin + second * cos
+
+
+rope_tables = RopeTables()
+
+
 def additive_bias(mask: mx.array) -> mx.array:
     """bool[L, S] (True = may attend) → float32[L, S] of 0 / -inf."""
     return mx.where(mask, mx.array(0.0, mx.float32), mx.array(-mx.inf, mx.float32))
@@ -148,6 +211,10 @@ def causal_bias(length: int, span: int, offset: int | None = None) -> mx.array:
     offset = span - length if offset is None else offset
     rows = mx.arange(length)[:, None] + offset
     return additive_bias(mx.arange(span)[None, :] <= rows)
+
+
+def is_enabled() -> bool:
+    return _enabled.get()
 
 
 @contextlib.contextmanager

@@ -35,6 +35,8 @@ class PositionalRoPE(nn.Module):
         self.inner = inner
 
     def __call__(self, x: mx.array, offset=0) -> mx.array:
+        if fast_kernels.is_enabled() and (out := fast_kernels.rope_tables.rotate(self.inner, x, offset)) is not None:
+            return out
         if isinstance(offset, mx.array) and offset.ndim == 1:
             # Lay the L tokens along the batch axis: RoPE takes one offset per batch row.
             # (B=1, H, L, D) -> (L, H, 1, D) -> rotate -> back.

@@ -26,7 +26,7 @@ from .model_parts import ModelParts
 from .prefix_cache import PrefixCache
 from .tree_attention import Block, forest_hidden, forest_mask
 
-PREFIX_CHUNK = 512  # prefix tokens per causal forward
+PREFIX_CHUNK = 2048  # prefix tokens per causal forward (bounds the activations; 6% faster than 512 on 4,560 tokens)
 
 
 @dataclass(frozen=True)
@@ -202,8 +202,8 @@ class TrieScorer:
             for c, (k, v) in zip(caches, hit.kv):
                 c.state = (k, v, hit.length)
         for start in range(hit.length, len(tokens), PREFIX_CHUNK):
-            # In chunks: each attends only to the keys before it (a causal mask over the whole prefix
-            # would compute, then discard, the upper triangle of every attention).
+            # In chunks: each attends only to the keys before it (where attention runs in MLX ops, a
+            # causal mask over the whole prefix would compute, then discard, the upper triangle).
             chunk = tokens[start : start + PREFIX_CHUNK]
             self.parts.body(mx.array(chunk, dtype=mx.int32)[None], caches)
             mx.eval([c.state for c in caches])
