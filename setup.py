@@ -18,7 +18,7 @@ native = Pybind11Extension(
     cxx_std=17,
     define_macros=VERSION_MACRO,
     extra_compile_args=["-O3", "-fopenmp-simd"],
-    libraries=["dl"],
+    libraries=["dl", "pthread"],
 )
 gather = Extension(
     "decide._gather",

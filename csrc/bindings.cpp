@@ -72,7 +72,7 @@ decide::StridedHeads heads_view(const FloatArray& a, const char* name, int dim) 
 }
 
 py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const FloatArray& v, float scale,
-                             const std::optional<FloatArray>& bias, int64_t causal_offset) {
+                             const std::optional<FloatArray>& bias, int64_t causal_offset, int64_t shared) {
     if (!decide::attention_available()) throw std::runtime_error("no cblas_sgemm in the process (see decide.runtime)");
     if (q.ndim() != 3 || k.ndim() != 3) throw std::invalid_argument("q, k, v must be [heads, rows, dim]");
     decide::AttentionInput in{};
@@ -95,6 +95,8 @@ py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const Flo
             (in.span > 1 && bias->strides(1) != sizeof(float)) || bias->strides(0) % sizeof(float) != 0 || bias->strides(0) < 0) {
             throw std::invalid_argument("bias must be float32 [length, span] with contiguous rows");
         }
+        if (shared < 0 || shared > in.span) throw std::invalid_argument("shared must be in [0, span]");
+        in.shared = static_cast<int>(shared);
         in.bias = bias->data();
         in.bias_row_stride = static_cast<int64_t>(bias->strides(0) / sizeof(float));
     }
@@ -154,8 +156,8 @@ PYBIND11_MODULE(_native, m) {
     m.def("attention_available", &decide::attention_available,
           "True when a cblas_sgemm is in the process's global symbol scope (decide.runtime loaded a BLAS).");
     m.def("attention", &attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("bias"),
-          py::arg("causal_offset") = 0,
+          py::arg("causal_offset") = 0, py::arg("shared") = 0,
           "softmax(q kᵀ · scale + mask) v for one sequence: q float32 [heads, length, dim], k and v [kv_heads, span, "
-          "dim]; mask = bias [length, span] (0 / -inf), or with bias None causal (query i sees keys j <= i + "
-          "causal_offset). Returns float32 [heads, length, dim].");
+          "dim]; mask = bias [length, span] (0 / -inf; keys [0, shared) are seen by every query), or with bias None "
+          "causal (query i sees keys j <= i + causal_offset). Returns float32 [heads, length, dim].");
 }

@@ -5,7 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace decide {
@@ -45,76 +50,230 @@ inline __attribute__((always_inline)) float exp_poly(float x) {
     return p * two_n;
 }
 
-// row[0, visible) ← exp(row + bias - max), row[visible, width) ← 0; returns the sum (0 if nothing is visible).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define DECIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DECIDE_CLONES
 #endif
-float softmax_numerators(float* row, const float* bias, int visible, int width) {
-    constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
-    if (bias != nullptr) {
-#pragma omp simd
-        for (int j = 0; j < visible; ++j) row[j] += bias[j];
-    }
+
+constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+constexpr int kLanes = 16;  // sums are kept in 16 lanes, added up in a fixed order: a row's result
+                            // does not depend on where it sits in memory or in the tile
+
+DECIDE_CLONES float row_max(const float* row, int n) {
     float top = kMinusInf;
 #pragma omp simd reduction(max : top)
-    for (int j = 0; j < visible; ++j) top = row[j] > top ? row[j] : top;  // (std::max does not vectorize)
-    float total = 0.0f;
-    if (top == kMinusInf) {
-        visible = 0;
-    } else {
-#pragma omp simd reduction(+ : total)
-        for (int j = 0; j < visible; ++j) {
-            const float e = row[j] == kMinusInf ? 0.0f : exp_poly(row[j] - top);
-            row[j] = e;
-            total += e;
+    for (int j = 0; j < n; ++j) top = row[j] > top ? row[j] : top;  // (std::max does not vectorize)
+    return top;
+}
+
+// row[j] ← exp(row[j] - top) (0 where row[j] is -inf); returns their sum.
+DECIDE_CLONES float exp_and_sum(float* row, int n, float top) {
+    float lanes[kLanes] = {};
+    int j = 0;
+    for (; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+            const float x = row[j + l];
+            const float e = x == kMinusInf ? 0.0f : exp_poly(x - top);
+            row[j + l] = e;
+            lanes[l] += e;
         }
     }
-    std::fill(row + visible, row + width, 0.0f);
+    for (int l = 0; j < n; ++j, ++l) {
+        const float e = row[j] == kMinusInf ? 0.0f : exp_poly(row[j] - top);
+        row[j] = e;
+        lanes[l] += e;
+    }
+    float total = 0.0f;
+    for (float lane : lanes) total += lane;
     return total;
 }
 
-struct Tile {
-    int kv_head, first_row, rows, cols;
+// acc += Σ_e weights[e] · values[cols[e]], in order.
+DECIDE_CLONES void add_sparse_values(float* acc, const float* values, int64_t value_stride, const int* cols,
+                                     const float* weights, int n, int d) {
+    for (int e = 0; e < n; ++e) {
+        const float* v = values + cols[e] * value_stride;
+        const float w = weights[e];
+#pragma omp simd
+        for (int j = 0; j < d; ++j) acc[j] += w * v[j];
+    }
+}
+
+// Under a bias: per row, the visible key columns after the `shared` ones, in order (CSR).
+struct SparseColumns {
+    std::vector<int> offsets{0};
+    std::vector<int> columns;
+
+    SparseColumns(const AttentionInput& in) {
+        for (int i = 0; i < in.length; ++i) {
+            const float* bias = in.bias + i * in.bias_row_stride;
+            for (int j = in.shared; j < in.span; ++j) {
+                if (bias[j] != kMinusInf) columns.push_back(j);
+            }
+            offsets.push_back(static_cast<int>(columns.size()));
+        }
+    }
+    int count(int row) const { return offsets[row + 1] - offsets[row]; }
+    const int* of(int row) const { return columns.data() + offsets[row]; }
 };
 
-// One tile: `rows` query rows of every query head of one KV group, against the first `cols` keys.
-void attend_tile(const AttentionInput& in, const Tile& t, float* queries, float* scores, float* values, float* out) {
+struct Tile {
+    int kv_head, first_row;
+    int rows;   // rows of the tile, padding included (under a bias every tile has the same shape)
+    int real;   // the rows that exist
+    int cols;   // dense key columns [0, cols): all under a causal mask, the shared ones under a bias
+    int stride; // floats per row of dense scores
+};
+
+struct Buffers {
+    std::vector<float> queries, scores, sparse, values, inverse;
+    std::vector<float> union_scores;  // the tile's rows against the union of their sparse columns
+    std::vector<int> columns, position;  // that union, and each column's place in it
+};
+
+// The union of the sparse columns of rows [first, end), in order; position[c] = its place there.
+void sparse_union(const SparseColumns& sparse, int first, int end, Buffers& b) {
+    b.columns.clear();
+    for (int row = first; row < end; ++row) b.columns.insert(b.columns.end(), sparse.of(row), sparse.of(row) + sparse.count(row));
+    std::sort(b.columns.begin(), b.columns.end());
+    b.columns.erase(std::unique(b.columns.begin(), b.columns.end()), b.columns.end());
+    for (size_t u = 0; u < b.columns.size(); ++u) b.position[b.columns[u]] = static_cast<int>(u);
+}
+
+// One tile: `rows` query rows of every query head of one KV group. The dense columns go through the
+// BLAS; so do the scores of the rows' sparse columns (bias only), but each row's softmax sum and
+// weighted values over them are summed by this code, in column order.
+void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* sparse, Buffers& b, float* out) {
     const int group = in.heads / in.kv_heads, d = in.dim, m = group * t.rows;
     for (int h = 0; h < group; ++h) {
         for (int i = 0; i < t.rows; ++i) {
+            float* dst = b.queries.data() + (h * t.rows + i) * d;
+            if (i >= t.real) {
+                std::fill(dst, dst + d, 0.0f);
+                continue;
+            }
             const float* src = in.q.data + (t.kv_head * group + h) * in.q.head_stride + (t.first_row + i) * in.q.row_stride;
-            float* dst = queries + (h * t.rows + i) * d;
             for (int c = 0; c < d; ++c) dst[c] = src[c] * in.scale;
         }
     }
     const float* keys = in.k.data + t.kv_head * in.k.head_stride;
     const float* vals = in.v.data + t.kv_head * in.v.head_stride;
-    sgemm()(kRowMajor, kNoTrans, kTrans, m, t.cols, d, 1.0f, queries, d, keys, static_cast<int>(in.k.row_stride), 0.0f,
-            scores, t.cols);
-    std::vector<float> inverse(m);
-    auto softmax_rows = [&](int first, int end) {
-        for (int r = first; r < end; ++r) {
-            const int row = t.first_row + r % t.rows;
-            const float* bias = in.bias ? in.bias + row * in.bias_row_stride : nullptr;
-            const int64_t sees = in.bias ? t.cols : std::min<int64_t>(t.cols, row + in.causal_offset + 1);
-            const float total = softmax_numerators(scores + static_cast<size_t>(r) * t.cols, bias,
-                                                   static_cast<int>(std::max<int64_t>(sees, 0)), t.cols);
-            inverse[r] = total > 0.0f ? 1.0f / total : 0.0f;
+    if (t.cols > 0) {
+        sgemm()(kRowMajor, kNoTrans, kTrans, m, t.cols, d, 1.0f, b.queries.data(), d, keys,
+                static_cast<int>(in.k.row_stride), 0.0f, b.scores.data(), t.stride);
+    }
+    int widest = 0, width = 0;  // sparse columns of the tile's widest row; of all its rows
+    if (sparse) {
+        for (int i = 0; i < t.real; ++i) widest = std::max(widest, sparse->count(t.first_row + i));
+        sparse_union(*sparse, t.first_row, t.first_row + t.real, b);
+        width = static_cast<int>(b.columns.size());
+        b.sparse.resize(std::max(b.sparse.size(), static_cast<size_t>(m) * widest));
+        b.union_scores.resize(std::max(b.union_scores.size(), static_cast<size_t>(m) * width));
+        // Scores against the union through the BLAS, a run of consecutive columns at a time. Each is a
+        // dot product of one head size: the same wherever the column sits.
+        for (int u = 0; u < width;) {
+            int end = u + 1;
+            while (end < width && b.columns[end] == b.columns[end - 1] + 1) ++end;
+            sgemm()(kRowMajor, kNoTrans, kTrans, m, end - u, d, 1.0f, b.queries.data(), d,
+                    keys + b.columns[u] * in.k.row_stride, static_cast<int>(in.k.row_stride), 0.0f,
+                    b.union_scores.data() + u, width);
+            u = end;
         }
-    };
-    // One thread: a second one would compete with the BLAS's own threads, which spin between calls (measured slower).
-    softmax_rows(0, m);
-    sgemm()(kRowMajor, kNoTrans, kNoTrans, m, d, t.cols, 1.0f, scores, t.cols, vals, static_cast<int>(in.v.row_stride),
-            0.0f, values, d);
+    }
+    for (int r = 0; r < m; ++r) {
+        const int i = r % t.rows, row = t.first_row + i;
+        b.inverse[r] = 0.0f;
+        if (i >= t.real) continue;
+        float* line = b.scores.data() + static_cast<size_t>(r) * t.stride;
+        float* extra = b.sparse.data() + static_cast<size_t>(r) * widest;
+        int visible = t.cols, n_extra = 0;
+        if (in.bias) {
+            const float* bias = in.bias + row * in.bias_row_stride;
+            for (int j = 0; j < t.cols; ++j) line[j] += bias[j];
+            n_extra = sparse->count(row);
+            const int* cols = sparse->of(row);
+            const float* scored = b.union_scores.data() + static_cast<size_t>(r) * width;
+            for (int e = 0; e < n_extra; ++e) extra[e] = scored[b.position[cols[e]]] + bias[cols[e]];
+        } else {
+            visible = static_cast<int>(std::clamp<int64_t>(row + in.causal_offset + 1, 0, t.cols));
+        }
+        float top = std::max(row_max(line, visible), row_max(extra, n_extra));
+        if (top == kMinusInf) {  // nothing visible: the row comes out as zeros
+            visible = n_extra = 0;
+            top = 0.0f;
+        }
+        float total = exp_and_sum(line, visible, top);
+        std::fill(line + visible, line + t.cols, 0.0f);
+        for (int e = 0; e < n_extra; ++e) {
+            extra[e] = extra[e] == kMinusInf ? 0.0f : exp_poly(extra[e] - top);
+            total += extra[e];
+        }
+        b.inverse[r] = total > 0.0f ? 1.0f / total : 0.0f;
+    }
+    if (t.cols > 0) {
+        sgemm()(kRowMajor, kNoTrans, kNoTrans, m, d, t.cols, 1.0f, b.scores.data(), t.stride, vals,
+                static_cast<int>(in.v.row_stride), 0.0f, b.values.data(), d);
+    } else {
+        std::fill(b.values.begin(), b.values.begin() + static_cast<size_t>(m) * d, 0.0f);
+    }
     for (int h = 0; h < group; ++h) {
-        for (int i = 0; i < t.rows; ++i) {
-            const float* src = values + (h * t.rows + i) * d;
-            const float scale = inverse[h * t.rows + i];
+        for (int i = 0; i < t.real; ++i) {
+            const int r = h * t.rows + i;
+            float* acc = b.values.data() + static_cast<size_t>(r) * d;
+            if (sparse) {
+                const int row = t.first_row + i;
+                add_sparse_values(acc, vals, in.v.row_stride, sparse->of(row), b.sparse.data() + static_cast<size_t>(r) * widest,
+                                  sparse->count(row), d);
+            }
             float* dst = out + ((static_cast<int64_t>(t.kv_head) * group + h) * in.length + t.first_row + i) * d;
-            for (int c = 0; c < d; ++c) dst[c] = src[c] * scale;
+            for (int c = 0; c < d; ++c) dst[c] = acc[c] * b.inverse[r];
         }
     }
 }
+
+// Our threads share out the tiles (the softmax between the products is then parallel too) while the
+// BLAS runs each product on its calling thread: its own threads would compete with ours. With no
+// OpenBLAS thread control found, the tiles run on one thread and the BLAS threads its products.
+// (decide/runtime.py also stops OpenBLAS's threads from spinning between calls: they would hold
+// the cores our threads need.)
+class BlasThreads {
+  public:
+    BlasThreads() {
+        for (const char* prefix : {"", "scipy_"}) {
+            get_ = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, (std::string(prefix) + "openblas_get_num_threads").c_str()));
+            set_ = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, (std::string(prefix) + "openblas_set_num_threads").c_str()));
+            if (get_ && set_) return;
+        }
+        get_ = nullptr;
+    }
+    int count() const { return get_ ? get_() : 1; }
+    void set(int n) const { set_(n); }
+
+  private:
+    int (*get_)() = nullptr;
+    void (*set_)(int) = nullptr;
+};
+
+const BlasThreads& blas_threads() {
+    static const BlasThreads threads;
+    return threads;
+}
+
+class OneBlasThread {  // for the life of the object; then back to `restore` threads
+  public:
+    OneBlasThread(const BlasThreads& blas, int restore) : blas_(blas), restore_(restore) { blas_.set(1); }
+    ~OneBlasThread() { blas_.set(restore_); }
+    OneBlasThread(const OneBlasThread&) = delete;
+    OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+  private:
+    const BlasThreads& blas_;
+    int restore_;
+};
+
+constexpr size_t kThreadedScores = 256 * 1024;  // below this, one thread (starting one costs ~30 us)
 
 }  // namespace
 
@@ -122,25 +281,64 @@ bool attention_available() { return sgemm() != nullptr; }
 
 void attention(const AttentionInput& in, float* out) {
     const int group = in.heads / in.kv_heads;
+    // Under a bias the dense columns are the shared ones, and every tile has the same shape (the
+    // last one padded): the BLAS then computes each row the same way wherever it sits, so a
+    // question's answers do not move when other questions join the pass.
+    const int dense = in.bias ? in.shared : in.span;
     const int tile_rows = static_cast<int>(
-        std::clamp<size_t>(kTileFloats / (static_cast<size_t>(group) * std::max(in.span, 1)), 1, kMaxTileRows));
-    std::vector<float> queries(static_cast<size_t>(group) * tile_rows * in.dim);
-    std::vector<float> scores(static_cast<size_t>(group) * tile_rows * in.span);
-    std::vector<float> values(static_cast<size_t>(group) * tile_rows * in.dim);
+        std::clamp<size_t>(kTileFloats / (static_cast<size_t>(group) * std::max(dense, 1)), 1, kMaxTileRows));
+    const int stride = (dense + kLanes - 1) / kLanes * kLanes;
+    std::vector<Tile> tiles;
     for (int g = 0; g < in.kv_heads; ++g) {
         for (int r0 = 0; r0 < in.length; r0 += tile_rows) {
-            const int rows = std::min(tile_rows, in.length - r0);
-            const int64_t last_sees = in.bias ? in.span : r0 + rows + in.causal_offset;
-            const int cols = static_cast<int>(std::clamp<int64_t>(last_sees, 1, in.span));
-            attend_tile(in, {g, r0, rows, cols}, queries.data(), scores.data(), values.data(), out);
+            const int real = std::min(tile_rows, in.length - r0);
+            if (in.bias) {
+                tiles.push_back({g, r0, tile_rows, real, dense, stride});
+            } else {  // the tile's last row sees the most: no column after it is computed
+                const int cols = static_cast<int>(std::clamp<int64_t>(r0 + real + in.causal_offset, 1, in.span));
+                tiles.push_back({g, r0, real, real, cols, cols});
+            }
         }
+    }
+    const std::optional<SparseColumns> sparse = in.bias ? std::optional<SparseColumns>(in) : std::nullopt;
+    std::vector<std::exception_ptr> errors(1);
+    auto work = [&](size_t worker, size_t workers) {
+        try {
+            const size_t m = static_cast<size_t>(group) * tile_rows;
+            Buffers b{std::vector<float>(m * in.dim), std::vector<float>(m * std::max(stride, 1)), {},
+                      std::vector<float>(m * in.dim), std::vector<float>(m), {}, {}, std::vector<int>(in.bias ? in.span : 0)};
+            for (size_t i = worker; i < tiles.size(); i += workers) {  // interleaved: later causal tiles cost more
+                attend_tile(in, tiles[i], sparse ? &*sparse : nullptr, b, out);
+            }
+        } catch (...) {
+            errors[worker] = std::current_exception();
+        }
+    };
+    const BlasThreads& blas = blas_threads();
+    const int blas_count = blas.count();
+    const size_t scores_total = static_cast<size_t>(in.heads) * in.length * in.span;
+    const int workers = scores_total < kThreadedScores ? 1 : std::min<int>(blas_count, static_cast<int>(tiles.size()));
+    if (workers <= 1) {
+        work(0, 1);
+    } else {
+        errors.resize(workers);
+        const OneBlasThread one_thread(blas, blas_count);
+        std::vector<std::thread> helpers;
+        int started = 1;
+        try {
+            for (; started < workers; ++started) helpers.emplace_back(work, started, workers);
+        } catch (const std::system_error&) {  // no thread to be had: this one does their shares
+        }
+        for (int w = started; w < workers; ++w) work(w, workers);
+        work(0, workers);
+        for (auto& t : helpers) t.join();
+    }
+    for (const auto& error : errors) {
+        if (error) std::rethrow_exception(error);
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#endif
-void silu_product(const float* gate, const float* up, float* out, size_t n) {
+DECIDE_CLONES void silu_product(const float* gate, const float* up, float* out, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) out[i] = gate[i] * up[i] / (1.0f + exp_poly(-gate[i]));
 }

@@ -27,6 +27,7 @@ struct AttentionInput {
     const float* bias;        // [length, span] additive (0 or -inf), or null for a causal mask:
     int64_t bias_row_stride;  //   then query i sees the keys j <= i + causal_offset
     int64_t causal_offset;
+    int shared;  // with a bias: keys [0, shared) are seen by every query (a forest's cached prefix)
 };
 
 // True when a cblas_sgemm is in the process's global symbol scope (an optimized BLAS loaded

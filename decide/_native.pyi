@@ -59,9 +59,11 @@ def attention(
     scale: float,
     bias: npt.NDArray[np.float32] | None,
     causal_offset: int = 0,
+    shared: int = 0,
 ) -> npt.NDArray[np.float32]:
     """softmax(q kᵀ · scale + mask) v for one sequence: q [heads, length, dim], k and v [kv_heads, span, dim];
-    mask = bias [length, span] (0 / -inf), or with bias None causal (query i sees keys j <= i + causal_offset)."""
+    mask = bias [length, span] (0 / -inf; keys [0, shared) are seen by every query), or with bias None causal
+    (query i sees keys j <= i + causal_offset). A query's result depends only on the keys it sees (with a bias)."""
 
 def silu_product(gate: npt.NDArray[np.float32], up: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """silu(gate) * up elementwise (C-contiguous float32 arrays of one shape)."""

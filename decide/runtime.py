@@ -117,6 +117,10 @@ def _select_blas() -> str:
             "(float32 matmuls stay on MLX's bundled BLAS); import decide first"
         )
         return "unchanged: mlx.core was imported before decide.runtime"
+    # OpenBLAS's threads spin after each call (2^28 cycles by default) waiting for the next one; they
+    # would hold the cores the native attention's own threads need (csrc/kernels.cpp). Read when the
+    # library loads: 2^4 cycles, they sleep at once (measured: state20 -13%, jevcompat's 255 options -11%).
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     choice = os.environ.get("DECIDE_BLAS", "").strip()
     if choice == "reference":
         return "reference (netlib, bundled with mlx; DECIDE_BLAS=reference)"

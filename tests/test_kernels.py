@@ -2,6 +2,8 @@
 shapes, groupings, causal offsets, tree masks and strided views; native SiLU product == MLX twin == nn.silu; fast_exp
 == exp."""
 
+import ctypes
+
 import mlx.nn as nn
 import numpy as np
 import pytest
@@ -77,6 +79,18 @@ def test_long_spans_take_several_tiles() -> None:
 
 
 @needs_blas
+@needs_blas
+def test_threaded_attention_gives_the_blas_its_threads_back() -> None:
+    process = ctypes.CDLL(None)
+    get = next((getattr(process, n) for n in ("openblas_get_num_threads", "scipy_openblas_get_num_threads")
+                if hasattr(process, n)), None)  # fmt: skip
+    if get is None:
+        pytest.skip("no OpenBLAS thread control: the native attention runs on one thread")
+    before = get()
+    test_long_spans_take_several_tiles()  # big enough for the threaded path
+    assert get() == before
+
+
 @pytest.mark.parametrize(
     "q_shape, kv_shape, bias_shape",
     [

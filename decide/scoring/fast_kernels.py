@@ -78,14 +78,18 @@ def _silu_product(gate: mx.array, x: mx.array, exp_minus_gate: mx.array) -> mx.a
 ROWS_BYTES = 4 << 20  # score rows evaluated at a time: a working set that stays in the CPU's cache
 
 
-def attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array | int) -> mx.array:
+def attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array | int, shared: int = 0
+) -> mx.array:
     """softmax(q kᵀ · scale + mask) v, grouped-query aware.
 
     `mask`: a float32[L, S] bias of 0 / -inf, or an int c for a causal mask (query i sees keys j <= i + c).
+    `shared`: with a bias, keys [0, shared) are seen by every query (a forest's cached prefix); the native
+    kernel then gives each query a result that depends only on the keys it sees.
     On a CPU with an optimized BLAS one sequence goes to the native kernel (csrc/kernels.cpp);
     otherwise `mlx_attention` runs, its reference."""
     if queries.shape[0] == 1 and _native_fits():
-        return _native_attention(queries, keys, values, scale, mask)
+        return _native_attention(queries, keys, values, scale, mask, shared)
     return mlx_attention(queries, keys, values, scale, mask)
 
 
@@ -99,12 +103,12 @@ def _native_fits() -> bool:
     return _on_cpu() and _native.attention_available()
 
 
-def _native_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask) -> mx.array:
+def _native_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask, shared: int) -> mx.array:
     bias = None if isinstance(mask, int) else mask
     mx.eval(queries, keys, values, *([] if bias is None else [bias]))
     q, k, v = (_rows_contiguous(np.asarray(a)[0]) for a in (queries, keys, values))  # views, no copy
     bias_np = None if bias is None else _rows_contiguous(np.asarray(bias))
-    out = _native.attention(q, k, v, scale, bias_np, 0 if bias is not None else mask)
+    out = _native.attention(q, k, v, scale, bias_np, 0 if bias is not None else mask, shared)
     return mx.array(out)[None]
 
 
@@ -228,9 +232,6 @@ def enabled() -> Iterator[None]:
 
 def _mask_for(mask, length: int, span: int, cache) -> mx.array | int | None:
     """`attention`'s mask for an mlx-lm mask argument; None when the fast path does not apply."""
-    cached = getattr(cache, "bias", None)
-    if cached is not None:
-        return cached
     if mask is None:
         return span - 1 if length == 1 else None
     if isinstance(mask, str):
@@ -241,33 +242,25 @@ def _mask_for(mask, length: int, span: int, cache) -> mx.array | int | None:
 
 
 def _fast_sdpa(stock):
-    def one(queries, keys, values, cache, scale, mask, sinks, bias=None):
+    def one(queries, keys, values, cache, scale, mask, sinks, bias=None, shared=0):
         if _enabled.get() and sinks is None and not hasattr(cache, "bits") and queries.dtype == mx.float32:
             fast_mask = bias if bias is not None else _mask_for(mask, queries.shape[2], keys.shape[2], cache)
             if fast_mask is not None:
-                return attention(queries, keys, values, scale, fast_mask)
+                return attention(queries, keys, values, scale, fast_mask, shared)
         return stock(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
 
     def scaled_dot_product_attention(queries, keys, values, cache, scale, mask, sinks=None):
         spans = getattr(cache, "spans", None)
-        if spans is None or len(spans) == 1 or sinks is not None:
+        if spans is None or sinks is not None:
             return one(queries, keys, values, cache, scale, mask, sinks)
-        # A block-diagonal forest (tree_attention.ForestCache): each block attends alone, with the very
-        # shapes it has when it runs by itself, so merging blocks into one pass changes no bit.
+        # A block-diagonal forest (tree_attention.ForestCache): each block attends alone, its cached prefix
+        # shared by all its rows, so merging blocks into one pass changes no bit.
         outs = [
-            one(
-                queries[:, :, r0:r1],
-                keys[:, :, c0:c1],
-                values[:, :, c0:c1],
-                None,
-                scale,
-                mask[r0:r1, c0:c1],
-                None,
-                bias,
-            )
-            for (r0, r1, c0, c1), bias in zip(spans, cache.span_biases)
+            one(q, k, v, None, scale, mask[r0:r1, c0:c1], None, bias, shared)
+            for (r0, r1, c0, c1), bias, shared in zip(spans, cache.span_biases, cache.span_shared)
+            for q, k, v in [(queries[:, :, r0:r1], keys[:, :, c0:c1], values[:, :, c0:c1])]
         ]
-        return mx.concatenate(outs, axis=2)
+        return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=2)
 
     scaled_dot_product_attention.stock = stock
     return scaled_dot_product_attention

@@ -62,16 +62,16 @@ class ForestCache:
 
     Its `offset` is the per-node position array; `make_mask` returns the block-diagonal ancestor mask."""
 
-    def __init__(
-        self, layer: int, blocks: list[Block], positions: mx.array, mask: mx.array, bias: mx.array, span_biases
-    ) -> None:
+    def __init__(self, layer: int, blocks: list[Block], positions: mx.array, mask: mx.array, span_biases) -> None:
         self.layer = layer
         self.blocks = blocks
         self.positions = positions
         self.mask = mask
-        self.bias = bias  # the mask as 0 / -inf, for fast_kernels.attention
-        self.spans = block_spans(blocks)  # per block (rows, columns) for the block-diagonal attention
+        # Per block with nodes, for fast_kernels' block-diagonal attention: (rows, columns), the mask
+        # there as 0 / -inf, and how many leading columns all its rows see (its cached prefix).
+        self.spans = block_spans(blocks)
         self.span_biases = span_biases
+        self.span_shared = [b.prefix_len for b in blocks if b.nodes]
 
     @property
     def offset(self) -> mx.array:
@@ -145,7 +145,7 @@ def forest_hidden(
     pos = mx.array(positions.astype(np.int32))
     bias = fast_kernels.additive_bias(mask)
     span_biases = [bias[r0:r1, c0:c1] for r0, r1, c0, c1 in block_spans(blocks)]
-    caches = [ForestCache(i, blocks, pos, mask, bias, span_biases) for i in range(n_layers)]
+    caches = [ForestCache(i, blocks, pos, mask, span_biases) for i in range(n_layers)]
     return body(mx.array(tokens.astype(np.int32))[None], caches)[0]
 
 
