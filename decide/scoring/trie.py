@@ -31,7 +31,7 @@ PREFIX_CHUNK = 2048  # prefix tokens per causal forward (bounds the activations;
 
 @dataclass(frozen=True)
 class TrieOptions:
-    max_nodes: int = 1024  # forest nodes per forward pass (the mask is nodes × (prefix + nodes))
+    max_nodes: int = 2048  # forest nodes per forward pass (the mask is nodes × (prefix + nodes))
     max_width: int = 4096  # attended columns (prefixes + nodes) when passes of several prefixes are merged
     cache_bytes: int = 1 << 30  # prefix-cache budget
     block: int = 16  # prefix-cache granularity in tokens
