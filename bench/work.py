@@ -2,7 +2,7 @@
 
     FLOPs = 2 · (non-embedding params) · tokens       every token through the layers
           + 2 · hidden · vocab · head_rows            the LM head, only at the rows it is applied to
-          + 4 · heads · head_dim · keys               QKᵀ and AV: each query against each key it sees
+          + 4 · layers · heads · head_dim · keys      QKᵀ and AV: each query against each key it sees, per layer
 
 A query sees exactly `position + 1` keys in every exact scorer (causal prefix, or the cached
 prefix plus its ancestors-or-self in the forest, whose depth is its position), so `keys` is the
@@ -44,7 +44,7 @@ class Work:
         return (
             2.0 * shape.layer_params * self.tokens
             + 2.0 * shape.hidden * shape.vocab * self.head_rows
-            + 4.0 * shape.heads * shape.head_dim * self.keys
+            + 4.0 * shape.layers * shape.heads * shape.head_dim * self.keys
         )
 
 
@@ -55,6 +55,7 @@ class ModelShape:
     vocab: int
     heads: int
     head_dim: int
+    layers: int
 
     @classmethod
     def of(cls, model) -> ModelShape:
@@ -63,7 +64,7 @@ class ModelShape:
         params = sum(v.size for module in (*inner.layers, inner.norm) for _, v in tree_flatten(module.parameters()))
         heads = args.num_attention_heads
         head_dim = getattr(args, "head_dim", None) or args.hidden_size // heads
-        return cls(int(params), args.hidden_size, args.vocab_size, heads, head_dim)
+        return cls(int(params), args.hidden_size, args.vocab_size, heads, head_dim, len(inner.layers))
 
 
 def reference_work(questions: Sequence[TokenizedQuestion]) -> Work:
