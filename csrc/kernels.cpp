@@ -60,6 +60,11 @@ constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 constexpr int kLanes = 16;  // sums are kept in 16 lanes, added up in a fixed order: a row's result
                             // does not depend on where it sits in memory or in the tile
 
+// A softmax numerator: 0 for a masked score.
+inline __attribute__((always_inline)) float numerator(float x, float top) {
+    return x == kMinusInf ? 0.0f : exp_poly(x - top);
+}
+
 DECIDE_CLONES float row_max(const float* row, int n) {
     float top = kMinusInf;
 #pragma omp simd reduction(max : top)
@@ -74,14 +79,13 @@ DECIDE_CLONES float exp_and_sum(float* row, int n, float top) {
     for (; j + kLanes <= n; j += kLanes) {
 #pragma omp simd
         for (int l = 0; l < kLanes; ++l) {
-            const float x = row[j + l];
-            const float e = x == kMinusInf ? 0.0f : exp_poly(x - top);
+            const float e = numerator(row[j + l], top);
             row[j + l] = e;
             lanes[l] += e;
         }
     }
     for (int l = 0; j < n; ++j, ++l) {
-        const float e = row[j] == kMinusInf ? 0.0f : exp_poly(row[j] - top);
+        const float e = numerator(row[j], top);
         row[j] = e;
         lanes[l] += e;
     }
@@ -207,7 +211,7 @@ void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* s
         float total = exp_and_sum(line, visible, top);
         std::fill(line + visible, line + t.cols, 0.0f);
         for (int e = 0; e < n_extra; ++e) {
-            extra[e] = extra[e] == kMinusInf ? 0.0f : exp_poly(extra[e] - top);
+            extra[e] = numerator(extra[e], top);
             total += extra[e];
         }
         b.inverse[r] = total > 0.0f ? 1.0f / total : 0.0f;
