@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,8 +13,9 @@ from scoring_cases import assert_same_answers, requests, trie_minimum
 from decide.core import Decider, DeciderOptions
 from decide.errors import ContextLengthExceeded, ModelNotFound, UnsupportedInput
 from decide.request import DecisionRequest, Image, Question, Text
-from decide.scoring import prompt_once
-from decide.scoring.trie import TrieOptions
+from decide.scoring import ScoreResult, prompt_once
+from decide.scoring.prefix_cache import Hit
+from decide.scoring.trie import TrieOptions, TrieScorer
 
 # The tiny random model's log-likelihoods are ~100x a real model's, and float32 noise from a
 # different packing (other questions, other passes) grows with them: 1e-5 here, 1e-6 on smollm.
@@ -76,6 +78,26 @@ def test_warm_answers_equal_cold_answers(deciders, request):
     assert_same_answers(again, first, NOISE)
     assert again.usage.cached_tokens == first.usage.cache_write_tokens + first.usage.cached_tokens
     assert again.usage.computed_tokens <= first.usage.computed_tokens
+
+
+@SETTINGS
+@given(request=requests())
+def test_a_prefix_computed_inside_the_forest_pass_is_the_prefix_computed_alone(deciders, request):
+    """A cold prefix runs as the forest's first nodes (a causal chain); the K/V stored from that pass are the
+    K/V of a causal forward of the prefix on its own (up to the BLAS: for a few rows it sums in another order)."""
+    decider = cold(deciders["trie"])
+    scorer = decider.trie
+    tokenized = [q for q in decider.prompts.tokenize(request) if len(q.candidates) > 1]
+    if not tokenized:
+        return
+    decider.decide(request)
+    prefix = scorer._prefix_tokens(tokenized)
+    hit = scorer.cache.lookup(prefix)
+    assert hit.length == len(prefix)
+    alone = TrieScorer(scorer.parts, "alone", scorer.options)._extend(prefix, Hit(0, None), ScoreResult([]))
+    for (k, v), (k_alone, v_alone) in zip(hit.kv or [], alone):
+        np.testing.assert_allclose(np.asarray(k), np.asarray(k_alone), rtol=0, atol=NOISE)
+        np.testing.assert_allclose(np.asarray(v), np.asarray(v_alone), rtol=0, atol=NOISE)
 
 
 @SETTINGS

@@ -242,9 +242,9 @@ def _mask_for(mask, length: int, span: int, cache) -> mx.array | int | None:
 
 
 def _fast_sdpa(stock):
-    def one(queries, keys, values, cache, scale, mask, sinks, bias=None, shared=0):
+    def one(queries, keys, values, cache, scale, mask, sinks, span_mask=None, shared=0):
         if _enabled.get() and sinks is None and not hasattr(cache, "bits") and queries.dtype == mx.float32:
-            fast_mask = bias if bias is not None else _mask_for(mask, queries.shape[2], keys.shape[2], cache)
+            fast_mask = span_mask if span_mask is not None else _mask_for(mask, queries.shape[2], keys.shape[2], cache)
             if fast_mask is not None:
                 return attention(queries, keys, values, scale, fast_mask, shared)
         return stock(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
@@ -253,12 +253,12 @@ def _fast_sdpa(stock):
         spans = getattr(cache, "spans", None)
         if spans is None or sinks is not None:
             return one(queries, keys, values, cache, scale, mask, sinks)
-        # A block-diagonal forest (tree_attention.ForestCache): each block attends alone, its cached prefix
+        # A block-diagonal forest (tree_attention.ForestCache): each span attends alone, a block's cached prefix
         # shared by all its rows, so merging blocks into one pass changes no bit.
         outs = [
-            one(q, k, v, None, scale, mask[r0:r1, c0:c1], None, bias, shared)
-            for (r0, r1, c0, c1), bias, shared in zip(spans, cache.span_biases, cache.span_shared)
-            for q, k, v in [(queries[:, :, r0:r1], keys[:, :, c0:c1], values[:, :, c0:c1])]
+            one(q, k, v, None, scale, mask[s.r0 : s.r1, s.c0 : s.c1], None, span_mask, s.shared)
+            for s, span_mask in zip(spans, cache.span_masks)
+            for q, k, v in [(queries[:, :, s.r0 : s.r1], keys[:, :, s.c0 : s.c1], values[:, :, s.c0 : s.c1])]
         ]
         return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=2)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import mlx.nn as nn
 import numpy as np
@@ -46,38 +47,55 @@ class PositionalRoPE(nn.Module):
 
 @dataclass(frozen=True)
 class Block:
-    """One segment's columns of the attended K/V: its cached prefix, then its `nodes` forest nodes."""
+    """One segment's columns of the attended K/V: its cached prefix, then its `nodes` forest nodes.
 
-    prefix: list[tuple[mx.array, mx.array]] | None  # per layer, None when the segment has no prefix
+    The first `chain` nodes continue the prefix (its uncached tail, computed in this pass): a causal run
+    that every later node of the block sees whole, as it sees the cached prefix."""
+
+    prefix: list[tuple[mx.array, mx.array]] | None  # per layer, None when the segment has no cached prefix
     prefix_len: int
     nodes: int
+    chain: int = 0
 
     @property
     def width(self) -> int:
         return self.prefix_len + self.nodes
 
 
+class Span(NamedTuple):
+    """Rows [r0, r1) of a pass attending to columns [c0, c1): causally (row r0 sees the columns up to c0 +
+    `causal`), or under the tree mask with the first `shared` columns seen by every row."""
+
+    r0: int
+    r1: int
+    c0: int
+    c1: int
+    causal: int | None
+    shared: int
+
+
 class ForestCache:
     """A layer's view of the blocks' columns: per block, its cached prefix K/V, then its nodes' new K/V.
 
-    Its `offset` is the per-node position array; `make_mask` returns the block-diagonal ancestor mask."""
+    Its `offset` is the per-node position array; `make_mask` returns the block-diagonal ancestor mask.
+    `fresh` keeps the pass's new (K, V), from which a block's chain is stored as a prefix."""
 
-    def __init__(self, layer: int, blocks: list[Block], positions: mx.array, mask: mx.array, span_biases) -> None:
+    def __init__(self, layer: int, blocks: list[Block], positions: mx.array, mask: mx.array, spans, span_masks) -> None:
         self.layer = layer
         self.blocks = blocks
         self.positions = positions
         self.mask = mask
-        # Per block with nodes, for fast_kernels' block-diagonal attention: (rows, columns), the mask
-        # there as 0 / -inf, and how many leading columns all its rows see (its cached prefix).
-        self.spans = block_spans(blocks)
-        self.span_biases = span_biases
-        self.span_shared = [b.prefix_len for b in blocks if b.nodes]
+        # For fast_kernels: each Span attends alone, with its mask as a causal offset or a 0 / -inf bias.
+        self.spans = spans
+        self.span_masks = span_masks
+        self.fresh: tuple[mx.array, mx.array] | None = None
 
     @property
     def offset(self) -> mx.array:
         return self.positions
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        self.fresh = (keys, values)
         if len(self.blocks) == 1 and self.blocks[0].prefix is None:
             return keys, values
         ks, vs, start = [], [], 0
@@ -128,25 +146,41 @@ def forest_mask(blocks: list[Block], ancestors: list[np.ndarray]) -> mx.array:
     return mx.array(full)
 
 
-def block_spans(blocks: list[Block]) -> list[tuple[int, int, int, int]]:
-    """Per block with nodes: (first row, end row, first column, end column) of its part of the mask."""
+def block_spans(blocks: list[Block]) -> list[Span]:
+    """Per block with nodes: its chain's rows (causal), then its other rows (tree mask, prefix and chain shared)."""
     spans, row, col = [], 0, 0
     for b in blocks:
-        if b.nodes:
-            spans.append((row, row + b.nodes, col, col + b.prefix_len + b.nodes))
+        if b.chain:
+            spans.append(Span(row, row + b.chain, col, col + b.prefix_len + b.chain, b.prefix_len, 0))
+        if b.nodes > b.chain:
+            spans.append(Span(row + b.chain, row + b.nodes, col, col + b.width, None, b.prefix_len + b.chain))
         row, col = row + b.nodes, col + b.width
     return spans
 
 
-def forest_hidden(
+@dataclass(frozen=True)
+class ForestPass:
+    hidden: mx.array  # final hidden states [N, D] of the pass's nodes
+    caches: list[ForestCache]
+
+    def chain_kv(self, blocks: list[Block], index: int) -> list[tuple[mx.array, mx.array]]:
+        """Per layer, the new (K, V) of block `index`'s chain."""
+        start = sum(b.nodes for b in blocks[:index])
+        stop = start + blocks[index].chain
+        return [(c.fresh[0][:, :, start:stop], c.fresh[1][:, :, start:stop]) for c in self.caches]
+
+
+def forest_forward(
     body, n_layers: int, tokens: np.ndarray, positions: np.ndarray, blocks: list[Block], mask
-) -> mx.array:
-    """Final hidden states [N, D] of the packed forest nodes of `blocks`, each on top of its own prefix K/V."""
+) -> ForestPass:
+    """The packed forest nodes of `blocks` through the model, each block on top of its own prefix K/V."""
     pos = mx.array(positions.astype(np.int32))
-    bias = fast_kernels.additive_bias(mask)
-    span_biases = [bias[r0:r1, c0:c1] for r0, r1, c0, c1 in block_spans(blocks)]
-    caches = [ForestCache(i, blocks, pos, mask, span_biases) for i in range(n_layers)]
-    return body(mx.array(tokens.astype(np.int32))[None], caches)[0]
+    spans = block_spans(blocks)
+    span_masks = [
+        s.causal if s.causal is not None else fast_kernels.additive_bias(mask[s.r0 : s.r1, s.c0 : s.c1]) for s in spans
+    ]
+    caches = [ForestCache(i, blocks, pos, mask, spans, span_masks) for i in range(n_layers)]
+    return ForestPass(body(mx.array(tokens.astype(np.int32))[None], caches)[0], caches)
 
 
 def self_test(parts, model, fast: bool = False) -> bool:
@@ -168,7 +202,9 @@ def self_test(parts, model, fast: bool = False) -> bool:
             j = parents[j]
     with fast_kernels.enabled() if fast else contextlib.nullcontext():
         blocks = [Block(None, 0, len(tokens))]
-        got = forest_hidden(parts.body, len(parts.layers), tokens, positions, blocks, forest_mask(blocks, [anc]))
+        got = forest_forward(
+            parts.body, len(parts.layers), tokens, positions, blocks, forest_mask(blocks, [anc])
+        ).hidden
     want_a = parts.body(mx.array(stem + a)[None])[0]
     want_b = parts.body(mx.array(stem + b)[None])[0]
     want = mx.concatenate([want_a, want_b[5:]], axis=0)

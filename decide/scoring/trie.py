@@ -23,8 +23,8 @@ from ..runtime import mx
 from . import ScoreResult, fast_kernels
 from .forest import build_forest, candidate_scores, pair_logits, row_logsumexp
 from .model_parts import ModelParts
-from .prefix_cache import PrefixCache
-from .tree_attention import Block, forest_hidden, forest_mask
+from .prefix_cache import Hit, PrefixCache
+from .tree_attention import Block, forest_forward, forest_mask
 
 PREFIX_CHUNK = 2048  # prefix tokens per causal forward (bounds the activations; 6% faster than 512 on 4,560 tokens)
 
@@ -117,16 +117,24 @@ class ComputedNodes:
 
 @dataclass(frozen=True)
 class Segment:
-    """One pass's jobs over one cached prefix: the questions of every request whose prompts share that prefix."""
+    """One pass's jobs over one shared prefix: the questions of every request whose prompts share that prefix.
+
+    The prefix's first `cached` tokens have their K/V in `kv`; the rest (its `chain`) runs in this pass, as the
+    forest's first nodes, and is stored in the prefix cache after it: one forward instead of two."""
 
     prefix_len: int
-    kv: list | None  # per layer (K, V) of the prefix, None when prefix_len is 0
+    kv: list | None  # per layer (K, V) of the first `cached` prefix tokens, None when there are none
+    cached: int
     questions: list[TokenizedQuestion]
     owners: list[list[tuple[int, int]]]  # per question: the (request, question index) slots that asked it
     jobs: list[Job]
 
+    @property
+    def chain(self) -> int:
+        return self.prefix_len - self.cached
+
     def cost(self) -> int:
-        return sum(j.cost(self.questions[j.question], self.prefix_len) for j in self.jobs)
+        return self.chain + sum(j.cost(self.questions[j.question], self.prefix_len) for j in self.jobs)
 
 
 class TrieScorer:
@@ -160,16 +168,20 @@ class TrieScorer:
             if questions:
                 by_prefix.setdefault(self._prefix_tokens(questions), []).append(r)
         for prefix, members in by_prefix.items():
-            kv = self._prefix(prefix, results[members[0]])
-            for r in members[1:]:
-                results[r].cached_tokens += len(prefix)
             owners: dict[TokenizedQuestion, list[tuple[int, int]]] = {}  # the same question is scored once
             for r in members:
                 for i, q in enumerate(requests[r]):
                     owners.setdefault(q, []).append((r, i))
             questions = list(owners)
             passes = plan_jobs(questions, len(prefix), self.options.max_nodes)
-            yield [Segment(len(prefix), kv, questions, list(owners.values()), jobs) for jobs in passes]
+            hit = self._lookup(prefix, results[members[0]])
+            for r in members[1:]:
+                results[r].cached_tokens += len(prefix)
+            chain = len(prefix) - hit.length
+            nodes = chain + sum(j.cost(questions[j.question], len(prefix)) for j in passes[0])
+            if chain and (len(passes) > 1 or chain > PREFIX_CHUNK or nodes > self.options.max_nodes):
+                hit = Hit(len(prefix), self._extend(prefix, hit, results[members[0]]))
+            yield [Segment(len(prefix), hit.kv, hit.length, questions, list(owners.values()), jobs) for jobs in passes]
 
     def _merge(self, segments: list[Segment]) -> list[list[Segment]]:
         """Consecutive segments per forward pass, within max_nodes forest nodes and max_width attended columns."""
@@ -180,23 +192,24 @@ class TrieScorer:
             if (
                 merged
                 and nodes + cost <= self.options.max_nodes
-                and width + cost + seg.prefix_len <= self.options.max_width
+                and width + cost + seg.cached <= self.options.max_width
             ):
                 merged[-1].append(seg)
-                nodes, width = nodes + cost, width + cost + seg.prefix_len
+                nodes, width = nodes + cost, width + cost + seg.cached
             else:
                 merged.append([seg])
-                nodes, width = cost, cost + seg.prefix_len
+                nodes, width = cost, cost + seg.cached
         return merged
 
-    def _prefix(self, tokens: Sequence[int], result: ScoreResult):
-        """K/V of `tokens` per layer: from the cache, extended and stored when only partly there."""
+    def _lookup(self, tokens: Sequence[int], result: ScoreResult) -> Hit:
         if not tokens:
-            return None
+            return Hit(0, None)
         hit = self.cache.lookup(tokens)
         result.cached_tokens += hit.length
-        if hit.length == len(tokens):
-            return hit.kv
+        return hit
+
+    def _extend(self, tokens: Sequence[int], hit: Hit, result: ScoreResult) -> list:
+        """K/V of `tokens` per layer, computed causally on top of the cached `hit`, and stored."""
         caches = [KVCache() for _ in self.parts.layers]
         if hit.kv is not None:
             for c, (k, v) in zip(caches, hit.kv):
@@ -207,35 +220,54 @@ class TrieScorer:
             chunk = tokens[start : start + PREFIX_CHUNK]
             self.parts.body(mx.array(chunk, dtype=mx.int32)[None], caches)
             mx.eval([c.state for c in caches])
-        kv = [
-            (mx.contiguous(c.keys[..., : len(tokens), :]), mx.contiguous(c.values[..., : len(tokens), :]))
-            for c in caches
-        ]
-        mx.eval(kv)
         result.computed_tokens += len(tokens) - hit.length
+        return self._store(
+            tokens,
+            hit.length,
+            [(c.keys[..., : len(tokens), :], c.values[..., : len(tokens), :]) for c in caches],
+            result,
+        )
+
+    def _store(self, tokens: Sequence[int], cached: int, kv: list, result: ScoreResult) -> list:
+        """Keep the K/V of `tokens` (the first `cached` were stored before); returns them, contiguous."""
+        kv = [(mx.contiguous(k), mx.contiguous(v)) for k, v in kv]
+        mx.eval(kv)
         if self.cache.store(tokens, kv):
-            result.cache_write_tokens += len(tokens) - hit.length
+            result.cache_write_tokens += len(tokens) - cached
         return kv
 
     def _run_pass(self, segments: list[Segment], results: list[ScoreResult]) -> None:
         built = [_SegmentForest.of(seg) for seg in segments]
-        blocks = [Block(seg.kv, seg.prefix_len, len(b.nodes.tokens)) for seg, b in zip(segments, built)]
+        blocks = [Block(seg.kv, seg.cached, len(b.nodes.tokens), seg.chain) for seg, b in zip(segments, built)]
         tokens = np.concatenate([b.nodes.tokens for b in built])
         positions = np.concatenate([b.nodes.positions for b in built])
         mask = forest_mask(blocks, [b.nodes.ancestors for b in built])
-        hidden = forest_hidden(self.parts.body, len(self.parts.layers), tokens, positions, blocks, mask)
+        forward = forest_forward(self.parts.body, len(self.parts.layers), tokens, positions, blocks, mask)
         row_nodes, offset = [], 0
         for b in built:
             row_nodes.append(b.nodes.rows + offset)
             offset += len(b.nodes.tokens)
-        logits = self.parts.head(hidden[mx.array(np.concatenate(row_nodes))]).astype(mx.float32)
+        logits = self.parts.head(forward.hidden[mx.array(np.concatenate(row_nodes))]).astype(mx.float32)
         mx.eval(logits)
+        for i, seg in enumerate(segments):
+            if seg.chain:
+                self._store_chain(seg, forward.chain_kv(blocks, i), results)
         logits_np = np.asarray(logits)
         first_row = 0
         for seg, b in zip(segments, built):
             rows = len(b.forest.rows)
             b.gather(seg, logits_np[first_row : first_row + rows], results)
             first_row += rows
+
+    def _store_chain(self, seg: Segment, chain_kv: list, results: list[ScoreResult]) -> None:
+        """Store the prefix whose tail (chain) this pass computed; its tokens were counted as forest nodes."""
+        kv = chain_kv
+        if seg.kv is not None:
+            kv = [
+                (mx.concatenate([pk, ck], axis=2), mx.concatenate([pv, cv], axis=2))
+                for (pk, pv), (ck, cv) in zip(seg.kv, chain_kv)
+            ]
+        self._store(seg.questions[0].prompt[: seg.prefix_len], seg.cached, kv, results[seg.owners[0][0][0]])
 
 
 @dataclass(frozen=True)
@@ -247,7 +279,7 @@ class _SegmentForest:
     def of(cls, seg: Segment) -> _SegmentForest:
         prompts = [seg.questions[j.question].prompt for j in seg.jobs]
         candidates = [[seg.questions[j.question].candidates[c] for c in j.candidates] for j in seg.jobs]
-        forest = build_forest(prompts, candidates, seg.prefix_len)
+        forest = build_forest(prompts, candidates, seg.cached)
         return cls(forest, ComputedNodes.of(forest))
 
     def gather(self, seg: Segment, logits: np.ndarray, results: list[ScoreResult]) -> None:
