@@ -25,10 +25,10 @@ SgemmFn sgemm() {
     return fn;
 }
 
-// Scores of one tile: up to 4 MiB (64 rows of each of 3 query heads at 5,000 keys). Fewer rows keep
-// the tile in L2 but make the two products too thin for the BLAS: measured slower.
-constexpr size_t kTileFloats = 1024 * 1024;
+// A tile is 64 query rows of each query head of a KV group; its dense keys are taken 512 at a time:
+// the block's scores (384 KiB for 3 heads) stay in L2 between the two products, which stay wide.
 constexpr int kMaxTileRows = 64;
+constexpr int kBlockCols = 512;
 
 // exp(x) = p · 2ⁿ as decide/scoring/fast_kernels.py computes it (Cody-Waite reduction, degree-7
 // Taylor polynomial, the exponent built from integer bits): branch-free, so the loops vectorize.
@@ -78,9 +78,10 @@ DECIDE_CLONES float exp_and_sum(float* row, int n, float top) {
     int j = 0;
     for (; j + kLanes <= n; j += kLanes) {
 #pragma omp simd
-        for (int l = 0; l < kLanes; ++l) {
-            const float e = numerator(row[j + l], top);
-            row[j + l] = e;
+        for (int l = 0; l < kLanes; ++l) {  // through a pointer: `row[j + l]` vectorized as a gather and scatter
+            float* chunk = row + j;
+            const float e = numerator(chunk[l], top);
+            chunk[l] = e;
             lanes[l] += e;
         }
     }
@@ -92,6 +93,12 @@ DECIDE_CLONES float exp_and_sum(float* row, int n, float top) {
     float total = 0.0f;
     for (float lane : lanes) total += lane;
     return total;
+}
+
+// row[j] ← exp(row[j] - top), 0 where row[j] is -inf.
+DECIDE_CLONES void numerators(float* row, int n, float top) {
+#pragma omp simd
+    for (int j = 0; j < n; ++j) row[j] = numerator(row[j], top);
 }
 
 // acc += Σ_e weights[e] · values[cols[e]], in order.
@@ -125,16 +132,17 @@ struct SparseColumns {
 
 struct Tile {
     int kv_head, first_row;
-    int rows;   // rows of the tile, padding included (under a bias every tile has the same shape)
-    int real;   // the rows that exist
-    int cols;   // dense key columns [0, cols): all under a causal mask, the shared ones under a bias
-    int stride; // floats per row of dense scores
+    int rows;  // rows of the tile, padding included (under a bias every tile has the same shape)
+    int real;  // the rows that exist
+    int cols;  // dense key columns [0, cols): all under a causal mask, the shared ones under a bias
 };
 
 struct Buffers {
-    std::vector<float> queries, scores, sparse, values, inverse;
-    std::vector<float> union_scores;  // the tile's rows against the union of their sparse columns
-    std::vector<int> columns, position;  // that union, and each column's place in it
+    std::vector<float> queries, scores, sparse, values;
+    int score_stride = 0;
+    std::vector<float> top, total, factor;  // per tile row: running max, softmax sum, rescale of this block
+    std::vector<float> union_scores;        // the tile's rows against the union of their sparse columns
+    std::vector<int> columns, position;     // that union, and each column's place in it
 };
 
 // The union of the sparse columns of rows [first, end), in order; position[c] = its place there.
@@ -146,9 +154,95 @@ void sparse_union(const SparseColumns& sparse, int first, int end, Buffers& b) {
     for (size_t u = 0; u < b.columns.size(); ++u) b.position[b.columns[u]] = static_cast<int>(u);
 }
 
-// One tile: `rows` query rows of every query head of one KV group. The dense columns go through the
-// BLAS; so do the scores of the rows' sparse columns (bias only), but each row's softmax sum and
-// weighted values over them are summed by this code, in column order.
+DECIDE_CLONES void scale_row(float* row, int n, float factor) {
+#pragma omp simd
+    for (int j = 0; j < n; ++j) row[j] *= factor;
+}
+
+// A row's running softmax meets new scores whose max is `top`: returns the factor its sum and
+// weighted values so far are rescaled by (exactly 1 when the max did not move).
+inline float raise_top(float& running, float top) {
+    const float factor = running == kMinusInf ? 1.0f : exp_poly(running - top);
+    running = top;
+    return factor;
+}
+
+// The tile's dense columns, kBlockCols at a time (online softmax): each block's scores stay in cache
+// between the two products. Blocks start at fixed columns, so a row's result does not depend on the tile.
+void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const float* keys, const float* vals) {
+    const int m = in.heads / in.kv_heads * t.rows, d = in.dim;
+    for (int c0 = 0; c0 < t.cols; c0 += kBlockCols) {
+        const int cb = std::min(kBlockCols, t.cols - c0);
+        sgemm()(kRowMajor, kNoTrans, kTrans, m, cb, d, 1.0f, b.queries.data(), d, keys + c0 * in.k.row_stride,
+                static_cast<int>(in.k.row_stride), 0.0f, b.scores.data(), b.score_stride);
+        for (int r = 0; r < m; ++r) {
+            const int i = r % t.rows, row = t.first_row + i;
+            float* line = b.scores.data() + static_cast<size_t>(r) * b.score_stride;
+            int visible = 0;
+            if (i < t.real) {
+                if (in.bias) {
+                    const float* bias = in.bias + row * in.bias_row_stride + c0;
+                    for (int j = 0; j < cb; ++j) line[j] += bias[j];
+                    visible = cb;
+                } else {
+                    visible = static_cast<int>(std::clamp<int64_t>(row + in.causal_offset + 1 - c0, 0, cb));
+                }
+            }
+            const float top = std::max(b.top[r], row_max(line, visible));
+            if (top == kMinusInf) visible = 0;  // nothing seen yet: the row's weights stay 0
+            b.factor[r] = visible ? raise_top(b.top[r], top) : 1.0f;
+            const float sum = visible ? exp_and_sum(line, visible, top) : 0.0f;
+            b.total[r] = b.total[r] * b.factor[r] + sum;
+            std::fill(line + visible, line + cb, 0.0f);
+            if (b.factor[r] != 1.0f) scale_row(b.values.data() + static_cast<size_t>(r) * d, d, b.factor[r]);
+        }
+        sgemm()(kRowMajor, kNoTrans, kNoTrans, m, d, cb, 1.0f, b.scores.data(), b.score_stride, vals + c0 * in.v.row_stride,
+                static_cast<int>(in.v.row_stride), c0 == 0 ? 0.0f : 1.0f, b.values.data(), d);
+    }
+}
+
+// Under a bias, the rows' own (sparse) columns after the shared ones: scored through the BLAS against
+// the tile's union of them, but each row's softmax sum and weighted values are summed here, in column order.
+void attend_sparse(const AttentionInput& in, const Tile& t, const SparseColumns& sparse, Buffers& b, const float* keys,
+                   const float* vals) {
+    const int group = in.heads / in.kv_heads, m = group * t.rows, d = in.dim;
+    int widest = 0;
+    for (int i = 0; i < t.real; ++i) widest = std::max(widest, sparse.count(t.first_row + i));
+    sparse_union(sparse, t.first_row, t.first_row + t.real, b);
+    const int width = static_cast<int>(b.columns.size());
+    b.sparse.resize(std::max(b.sparse.size(), static_cast<size_t>(m) * widest));
+    b.union_scores.resize(std::max(b.union_scores.size(), static_cast<size_t>(m) * width));
+    // A run of consecutive columns at a time. Each score is a dot product of one head size: the same
+    // wherever the column sits.
+    for (int u = 0; u < width;) {
+        int end = u + 1;
+        while (end < width && b.columns[end] == b.columns[end - 1] + 1) ++end;
+        sgemm()(kRowMajor, kNoTrans, kTrans, m, end - u, d, 1.0f, b.queries.data(), d, keys + b.columns[u] * in.k.row_stride,
+                static_cast<int>(in.k.row_stride), 0.0f, b.union_scores.data() + u, width);
+        u = end;
+    }
+    for (int r = 0; r < m; ++r) {
+        const int i = r % t.rows, row = t.first_row + i;
+        if (i >= t.real) continue;
+        const int n = sparse.count(row);
+        const int* cols = sparse.of(row);
+        const float* bias = in.bias + row * in.bias_row_stride;
+        const float* scored = b.union_scores.data() + static_cast<size_t>(r) * width;
+        float* extra = b.sparse.data() + static_cast<size_t>(r) * widest;
+        for (int e = 0; e < n; ++e) extra[e] = scored[b.position[cols[e]]] + bias[cols[e]];
+        const float top = std::max(b.top[r], row_max(extra, n));
+        if (top == kMinusInf) continue;
+        float* acc = b.values.data() + static_cast<size_t>(r) * d;
+        const float factor = raise_top(b.top[r], top);
+        if (factor != 1.0f) scale_row(acc, d, factor);
+        b.total[r] *= factor;
+        numerators(extra, n, top);
+        for (int e = 0; e < n; ++e) b.total[r] += extra[e];  // in column order
+        add_sparse_values(acc, vals, in.v.row_stride, cols, extra, n, d);
+    }
+}
+
+// One tile: `rows` query rows of every query head of one KV group.
 void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* sparse, Buffers& b, float* out) {
     const int group = in.heads / in.kv_heads, d = in.dim, m = group * t.rows;
     for (int h = 0; h < group; ++h) {
@@ -164,75 +258,18 @@ void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* s
     }
     const float* keys = in.k.data + t.kv_head * in.k.head_stride;
     const float* vals = in.v.data + t.kv_head * in.v.head_stride;
-    if (t.cols > 0) {
-        sgemm()(kRowMajor, kNoTrans, kTrans, m, t.cols, d, 1.0f, b.queries.data(), d, keys,
-                static_cast<int>(in.k.row_stride), 0.0f, b.scores.data(), t.stride);
-    }
-    int widest = 0, width = 0;  // sparse columns of the tile's widest row; of all its rows
-    if (sparse) {
-        for (int i = 0; i < t.real; ++i) widest = std::max(widest, sparse->count(t.first_row + i));
-        sparse_union(*sparse, t.first_row, t.first_row + t.real, b);
-        width = static_cast<int>(b.columns.size());
-        b.sparse.resize(std::max(b.sparse.size(), static_cast<size_t>(m) * widest));
-        b.union_scores.resize(std::max(b.union_scores.size(), static_cast<size_t>(m) * width));
-        // Scores against the union through the BLAS, a run of consecutive columns at a time. Each is a
-        // dot product of one head size: the same wherever the column sits.
-        for (int u = 0; u < width;) {
-            int end = u + 1;
-            while (end < width && b.columns[end] == b.columns[end - 1] + 1) ++end;
-            sgemm()(kRowMajor, kNoTrans, kTrans, m, end - u, d, 1.0f, b.queries.data(), d,
-                    keys + b.columns[u] * in.k.row_stride, static_cast<int>(in.k.row_stride), 0.0f,
-                    b.union_scores.data() + u, width);
-            u = end;
-        }
-    }
-    for (int r = 0; r < m; ++r) {
-        const int i = r % t.rows, row = t.first_row + i;
-        b.inverse[r] = 0.0f;
-        if (i >= t.real) continue;
-        float* line = b.scores.data() + static_cast<size_t>(r) * t.stride;
-        float* extra = b.sparse.data() + static_cast<size_t>(r) * widest;
-        int visible = t.cols, n_extra = 0;
-        if (in.bias) {
-            const float* bias = in.bias + row * in.bias_row_stride;
-            for (int j = 0; j < t.cols; ++j) line[j] += bias[j];
-            n_extra = sparse->count(row);
-            const int* cols = sparse->of(row);
-            const float* scored = b.union_scores.data() + static_cast<size_t>(r) * width;
-            for (int e = 0; e < n_extra; ++e) extra[e] = scored[b.position[cols[e]]] + bias[cols[e]];
-        } else {
-            visible = static_cast<int>(std::clamp<int64_t>(row + in.causal_offset + 1, 0, t.cols));
-        }
-        float top = std::max(row_max(line, visible), row_max(extra, n_extra));
-        if (top == kMinusInf) {  // nothing visible: the row comes out as zeros
-            visible = n_extra = 0;
-            top = 0.0f;
-        }
-        float total = exp_and_sum(line, visible, top);
-        std::fill(line + visible, line + t.cols, 0.0f);
-        for (int e = 0; e < n_extra; ++e) {
-            extra[e] = numerator(extra[e], top);
-            total += extra[e];
-        }
-        b.inverse[r] = total > 0.0f ? 1.0f / total : 0.0f;
-    }
-    if (t.cols > 0) {
-        sgemm()(kRowMajor, kNoTrans, kNoTrans, m, d, t.cols, 1.0f, b.scores.data(), t.stride, vals,
-                static_cast<int>(in.v.row_stride), 0.0f, b.values.data(), d);
-    } else {
-        std::fill(b.values.begin(), b.values.begin() + static_cast<size_t>(m) * d, 0.0f);
-    }
+    std::fill(b.top.begin(), b.top.begin() + m, kMinusInf);
+    std::fill(b.total.begin(), b.total.begin() + m, 0.0f);
+    std::fill(b.values.begin(), b.values.begin() + static_cast<size_t>(m) * d, 0.0f);
+    attend_dense(in, t, b, keys, vals);
+    if (sparse) attend_sparse(in, t, *sparse, b, keys, vals);
     for (int h = 0; h < group; ++h) {
         for (int i = 0; i < t.real; ++i) {
             const int r = h * t.rows + i;
-            float* acc = b.values.data() + static_cast<size_t>(r) * d;
-            if (sparse) {
-                const int row = t.first_row + i;
-                add_sparse_values(acc, vals, in.v.row_stride, sparse->of(row), b.sparse.data() + static_cast<size_t>(r) * widest,
-                                  sparse->count(row), d);
-            }
+            const float inverse = b.total[r] > 0.0f ? 1.0f / b.total[r] : 0.0f;  // nothing visible: zeros
+            const float* acc = b.values.data() + static_cast<size_t>(r) * d;
             float* dst = out + ((static_cast<int64_t>(t.kv_head) * group + h) * in.length + t.first_row + i) * d;
-            for (int c = 0; c < d; ++c) dst[c] = acc[c] * b.inverse[r];
+            for (int c = 0; c < d; ++c) dst[c] = acc[c] * inverse;
         }
     }
 }
@@ -289,18 +326,16 @@ void attention(const AttentionInput& in, float* out) {
     // last one padded): the BLAS then computes each row the same way wherever it sits, so a
     // question's answers do not move when other questions join the pass.
     const int dense = in.bias ? in.shared : in.span;
-    const int tile_rows = static_cast<int>(
-        std::clamp<size_t>(kTileFloats / (static_cast<size_t>(group) * std::max(dense, 1)), 1, kMaxTileRows));
-    const int stride = (dense + kLanes - 1) / kLanes * kLanes;
+    const int tile_rows = kMaxTileRows;
     std::vector<Tile> tiles;
     for (int g = 0; g < in.kv_heads; ++g) {
         for (int r0 = 0; r0 < in.length; r0 += tile_rows) {
             const int real = std::min(tile_rows, in.length - r0);
             if (in.bias) {
-                tiles.push_back({g, r0, tile_rows, real, dense, stride});
+                tiles.push_back({g, r0, tile_rows, real, dense});
             } else {  // the tile's last row sees the most: no column after it is computed
                 const int cols = static_cast<int>(std::clamp<int64_t>(r0 + real + in.causal_offset, 1, in.span));
-                tiles.push_back({g, r0, real, real, cols, cols});
+                tiles.push_back({g, r0, real, real, cols});
             }
         }
     }
@@ -309,8 +344,16 @@ void attention(const AttentionInput& in, float* out) {
     auto work = [&](size_t worker, size_t workers) {
         try {
             const size_t m = static_cast<size_t>(group) * tile_rows;
-            Buffers b{std::vector<float>(m * in.dim), std::vector<float>(m * std::max(stride, 1)), {},
-                      std::vector<float>(m * in.dim), std::vector<float>(m), {}, {}, std::vector<int>(in.bias ? in.span : 0)};
+            Buffers b;
+            b.queries.resize(m * in.dim);
+            // As wide as the widest block, and not a power of two (rows 2 KiB apart would share cache sets).
+            b.score_stride = (std::min(kBlockCols, std::max(dense, 1)) + kLanes - 1) / kLanes * kLanes + kLanes;
+            b.scores.resize(m * b.score_stride);
+            b.values.resize(m * in.dim);
+            b.top.resize(m);
+            b.total.resize(m);
+            b.factor.resize(m);
+            b.position.resize(in.bias ? in.span : 0);
             for (size_t i = worker; i < tiles.size(); i += workers) {  // interleaved: later causal tiles cost more
                 attend_tile(in, tiles[i], sparse ? &*sparse : nullptr, b, out);
             }
