@@ -1,8 +1,14 @@
 """The trie engine: every question and candidate of a request in one tree-masked forward.
 
-    prompts ──► shared prefix (block-aligned) ──► prefix cache hit? reuse : compute causally, store
-            ──► forest of the rest (native trie) ──► one forward, mask = prefix ∪ ancestors
+    prompts ──► shared prefix (block-aligned) ──► prefix cache: the longest stored part of it
+            ──► forest (native trie) of the rest: the prefix's uncached tail first, as a causal chain
+            ──► one forward, mask = cached prefix ∪ ancestors ──► the chain's K/V into the cache
             ──► LM head only at the rows whose children are scored ──► native gather
+
+A cold prefix thus costs no forward of its own (one pass of ~400 rows instead of two of ~200 is
+15% faster on a CPU). Its chain attends causally and every other node sees it whole, exactly as a
+cached prefix, so cold and warm answers agree. A prefix longer than PREFIX_CHUNK, or one under a
+request that takes several passes, is computed on its own first, in chunks.
 
 Large requests are cut into passes of at most `max_nodes` forest nodes; a question too big
 for one pass is cut by candidates, and its normalizers are then always computed (a
