@@ -27,7 +27,7 @@ SgemmFn sgemm() {
 
 // A tile is 64 query rows of each query head of a KV group; its dense keys are taken 512 at a time:
 // the block's scores (384 KiB for 3 heads) stay in L2 between the two products, which stay wide.
-constexpr int kMaxTileRows = 64;
+constexpr int kTileRows = 64;
 constexpr int kBlockCols = 512;
 
 // exp(x) = p · 2ⁿ as decide/scoring/fast_kernels.py computes it (Cody-Waite reduction, degree-7
@@ -140,7 +140,7 @@ struct Tile {
 struct Buffers {
     std::vector<float> queries, scores, sparse, values;
     int score_stride = 0;
-    std::vector<float> top, total, factor;  // per tile row: running max, softmax sum, rescale of this block
+    std::vector<float> top, total;          // per tile row: running max, softmax sum
     std::vector<float> union_scores;        // the tile's rows against the union of their sparse columns
     std::vector<int> columns, position;     // that union, and each column's place in it
 };
@@ -200,11 +200,11 @@ void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const flo
             }
             const float top = std::max(b.top[r], row_max(line, visible));
             if (top == kMinusInf) visible = 0;  // nothing seen yet: the row's weights stay 0
-            b.factor[r] = visible ? raise_top(b.top[r], top) : 1.0f;
+            const float factor = visible ? raise_top(b.top[r], top) : 1.0f;
             const float sum = visible ? exp_and_sum(line, visible, top) : 0.0f;
-            b.total[r] = b.total[r] * b.factor[r] + sum;
+            b.total[r] = b.total[r] * factor + sum;
             std::fill(line + visible, line + cb, 0.0f);
-            if (b.factor[r] != 1.0f) scale_row(b.values.data() + static_cast<size_t>(r) * d, d, b.factor[r]);
+            if (factor != 1.0f) scale_row(b.values.data() + static_cast<size_t>(r) * d, d, factor);
         }
         sgemm()(kRowMajor, kNoTrans, kNoTrans, m, d, cb, 1.0f, b.scores.data(), b.score_stride, vals + c0 * in.v.row_stride,
                 static_cast<int>(in.v.row_stride), c0 == 0 ? 0.0f : 1.0f, b.values.data(), d);
@@ -336,13 +336,12 @@ void attention(const AttentionInput& in, float* out) {
     // last one padded): the BLAS then computes each row the same way wherever it sits, so a
     // question's answers do not move when other questions join the pass.
     const int dense = in.bias ? in.shared : in.span;
-    const int tile_rows = kMaxTileRows;
     std::vector<Tile> tiles;
     for (int g = 0; g < in.kv_heads; ++g) {
-        for (int r0 = 0; r0 < in.length; r0 += tile_rows) {
-            const int real = std::min(tile_rows, in.length - r0);
+        for (int r0 = 0; r0 < in.length; r0 += kTileRows) {
+            const int real = std::min(kTileRows, in.length - r0);
             if (in.bias) {
-                tiles.push_back({g, r0, tile_rows, real, dense});
+                tiles.push_back({g, r0, kTileRows, real, dense});
             } else {  // the tile's last row sees the most: no column after it is computed
                 const int cols = static_cast<int>(std::clamp<int64_t>(r0 + real + in.causal_offset, 1, in.span));
                 tiles.push_back({g, r0, real, real, cols});
@@ -353,7 +352,7 @@ void attention(const AttentionInput& in, float* out) {
     std::vector<std::exception_ptr> errors(1);
     auto work = [&](size_t worker, size_t workers) {
         try {
-            const size_t m = static_cast<size_t>(group) * tile_rows;
+            const size_t m = static_cast<size_t>(group) * kTileRows;
             Buffers b;
             b.queries.resize(m * in.dim);
             // As wide as the widest block, and not a power of two (rows 2 KiB apart would share cache sets).
@@ -362,7 +361,6 @@ void attention(const AttentionInput& in, float* out) {
             b.values.resize(m * in.dim);
             b.top.resize(m);
             b.total.resize(m);
-            b.factor.resize(m);
             b.position.assign(in.bias ? in.span : 0, -1);
             for (size_t i = worker; i < tiles.size(); i += workers) {  // interleaved: later causal tiles cost more
                 attend_tile(in, tiles[i], sparse ? &*sparse : nullptr, b, out);

@@ -163,8 +163,9 @@ class ForestPass:
     hidden: mx.array  # final hidden states [N, D] of the pass's nodes
     caches: list[ForestCache]
 
-    def chain_kv(self, blocks: list[Block], index: int) -> list[tuple[mx.array, mx.array]]:
+    def chain_kv(self, index: int) -> list[tuple[mx.array, mx.array]]:
         """Per layer, the new (K, V) of block `index`'s chain."""
+        blocks = self.caches[0].blocks
         start = sum(b.nodes for b in blocks[:index])
         stop = start + blocks[index].chain
         return [(c.fresh[0][:, :, start:stop], c.fresh[1][:, :, start:stop]) for c in self.caches]

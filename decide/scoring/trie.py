@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from mlx_lm.models.cache import KVCache
@@ -183,11 +183,14 @@ class TrieScorer:
             hit = self._lookup(prefix, results[members[0]])
             for r in members[1:]:
                 results[r].cached_tokens += len(prefix)
-            chain = len(prefix) - hit.length
-            nodes = chain + sum(j.cost(questions[j.question], len(prefix)) for j in passes[0])
-            if chain and (len(passes) > 1 or chain > PREFIX_CHUNK or nodes > self.options.max_nodes):
-                hit = Hit(len(prefix), self._extend(prefix, hit, results[members[0]]))
-            yield [Segment(len(prefix), hit.kv, hit.length, questions, list(owners.values()), jobs) for jobs in passes]
+            segments = [Segment(len(prefix), hit.kv, hit.length, questions, list(owners.values()), j) for j in passes]
+            first = segments[0]
+            if first.chain and (
+                len(segments) > 1 or first.chain > PREFIX_CHUNK or first.cost() > self.options.max_nodes
+            ):
+                kv = self._extend(prefix, hit, results[members[0]])
+                segments = [replace(seg, kv=kv, cached=len(prefix)) for seg in segments]
+            yield segments
 
     def _merge(self, segments: list[Segment]) -> list[list[Segment]]:
         """Consecutive segments per forward pass, within max_nodes forest nodes and max_width attended columns."""
@@ -257,7 +260,7 @@ class TrieScorer:
         mx.eval(logits)
         for i, seg in enumerate(segments):
             if seg.chain:
-                self._store_chain(seg, forward.chain_kv(blocks, i), results)
+                self._store_chain(seg, forward.chain_kv(i), results)
         logits_np = np.asarray(logits)
         first_row = 0
         for seg, b in zip(segments, built):
