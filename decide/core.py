@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 
 from .answers import Answer, Decision, Usage, softmax
+from .bf16 import Precision
 from .errors import ContextLengthExceeded, DecideError, InvalidRequest, UnsupportedInput
 from .prompts import PromptBuilder, TokenizedQuestion
 from .request import DecisionRequest, Option, Part, Question, Text
@@ -54,6 +55,8 @@ class DeciderOptions:
 
     scorer: ScorerName = "auto"
     trie: TrieOptions = field(default_factory=TrieOptions)
+    # auto | float32 | bfloat16 of the weights and GEMMs (None: $DECIDE_PRECISION, else auto); see decide.bf16.
+    precision: Precision | None = None
 
 
 class Decider:
@@ -75,7 +78,7 @@ class Decider:
             log.warning("%s: tree-masked attention does not fit this model; using the prompt-once path", self.model_id)
             return None
         m = self.loaded
-        namespace = f"{m.model_id}|{m.dtype}|{m.tokenizer.chat_template}"
+        namespace = f"{m.model_id}|{m.dtype}|{m.precision}|{m.tokenizer.chat_template}"
         trie_options = self.options.trie
         fast_kernels.install(self.loaded.model)  # also splits merged passes into per-block attention
         if trie_options.fast_kernels and not self._fast_kernels_fit():
@@ -95,7 +98,8 @@ class Decider:
         """Load `model` (alias, folder, .gguf path or HF id; default: env DECIDE_MODEL, then the embedded 1.5B)."""
         from .models import load_model
 
-        return cls(load_model(model, **load_kwargs), options)
+        precision = options.precision if options else None
+        return cls(load_model(model, precision=precision, **load_kwargs), options)
 
     @property
     def model_id(self) -> str:
@@ -113,6 +117,8 @@ class Decider:
             "device": m.device,
             "dtype": m.dtype,
             "blas": m.blas,
+            "precision": m.precision,
+            "backend": m.backend,
             "context_length": m.context_length,
             "scorer": self.options.scorer,
         }
