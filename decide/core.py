@@ -73,7 +73,7 @@ class Decider:
         self._lock = threading.Lock()
 
     def _trie_scorer(self) -> TrieScorer | None:
-        if not tree_attention.install(self.parts.layers) or not tree_attention.self_test(self.parts, self.loaded.model):
+        if not tree_attention.install(self.parts.layers) or not self._self_test():
             tree_attention.uninstall(self.parts.layers)
             log.warning("%s: tree-masked attention does not fit this model; using the prompt-once path", self.model_id)
             return None
@@ -87,11 +87,17 @@ class Decider:
 
     def _fast_kernels_fit(self) -> bool:
         swapped = fast_kernels.install(self.loaded.model)
-        if swapped and tree_attention.self_test(self.parts, self.loaded.model, fast=True):
+        if swapped and self._self_test(fast=True):
             log.info("%s: fast kernels for %s", self.model_id, ", ".join(swapped))
             return True
         log.warning("%s: fast kernels do not fit this model; the trie engine runs stock MLX ops", self.model_id)
         return False
+
+    def _self_test(self, fast: bool = False) -> bool:
+        # bf16 rounds the activations of the forest and of the plain forwards differently: measured
+        # 3.5e-3 of the largest hidden value on SmolLM2, where a wiring fault is off by ~1.
+        tolerance = 3e-2 if self.loaded.precision == "bfloat16" else 1e-3
+        return tree_attention.self_test(self.parts, self.loaded.model, fast=fast, tolerance=tolerance)
 
     @classmethod
     def load(cls, model: str | None = None, options: DeciderOptions | None = None, **load_kwargs) -> Decider:
