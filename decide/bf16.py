@@ -46,6 +46,10 @@ def _libdnnl_paths() -> list[Path]:
 @functools.cache
 def _native():
     """decide._onednn with its libdnnl loaded first (the wheel's lib/ is on no loader path); None if absent."""
+    # oneDNN's OpenMP threads spin after each GEMM waiting for the next; they would hold the cores that
+    # the native attention and OpenBLAS need between GEMMs (measured: attention 2x slower). Read when
+    # libgomp loads, which is here.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     for path in _libdnnl_paths():
         if path.exists():
             ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
@@ -86,10 +90,12 @@ def resolve_precision(requested: str | None = None) -> str:
     requested = (requested or os.environ.get("DECIDE_PRECISION") or "auto").strip().lower()
     if requested not in PRECISIONS:
         raise ValueError(f"unknown precision {requested!r}: use one of {', '.join(PRECISIONS)}")
+    if requested == "float32":
+        return requested
     runs = device() == "cpu" and available()
     if requested == "auto":
         return "bfloat16" if runs and native_bf16() else "float32"
-    if requested == "bfloat16" and not runs:
+    if not runs:
         why = "MLX runs on a GPU here" if device() != "cpu" else "oneDNN is not installed (pip install onednn-cpu-gomp)"
         raise ValueError(f"precision bfloat16 needs the CPU oneDNN backend: {why}")
     return requested
