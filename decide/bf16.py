@@ -148,28 +148,25 @@ def _apply(gemm, x: mx.array) -> mx.array:
 
 
 def convert(model: nn.Module) -> int:
-    """Swap every float32 nn.Linear / nn.Embedding of `model` for its bf16 twin, one at a time (so
-    a lazily loaded model never holds all its float32 weights); returns the bf16 bytes held."""
+    """Swap every float32 nn.Linear / nn.Embedding of `model` for its bf16 twin, one at a time, so
+    that a lazily loaded model never holds all its float32 weights; returns the bf16 bytes held."""
     held = 0
-    for _, module in model.named_modules():
-        for key, child in list(module.items()):
-            for i, leaf in _leaves(child):
-                twin = _twin(leaf)
-                if twin is None:
-                    continue
-                if i is None:
-                    module[key] = twin
-                else:
-                    child[i] = twin
-                held += twin.nbytes
-    mx.clear_cache()
+    for module in _parents(model):
+        for key in list(module.keys()):
+            slots = list(range(len(module[key]))) if isinstance(module[key], list) else [None]
+            for i in slots:
+                container = module if i is None else module[key]
+                twin = _twin(container[key if i is None else i])
+                if twin is not None:
+                    container[key if i is None else i] = twin
+                    held += twin.nbytes
+                    mx.clear_cache()  # the float32 weight just freed; MLX would keep it for reuse
     return held
 
 
-def _leaves(child):
-    if isinstance(child, list):
-        return list(enumerate(child))
-    return [(None, child)]
+def _parents(model: nn.Module) -> list[nn.Module]:
+    """The modules with a child or a list of children (the leaves themselves are not held)."""
+    return [m for _, m in model.named_modules() if any(isinstance(v, (nn.Module, list)) for v in m.values())]
 
 
 def _twin(leaf) -> nn.Module | None:
