@@ -26,7 +26,7 @@ from .errors import ContextLengthExceeded, DecideError, InvalidRequest, Unsuppor
 from .prompts import PromptBuilder, TokenizedQuestion
 from .request import DecisionRequest, Option, Part, Question, Text
 from .scoring import ScoreResult, fast_kernels, tree_attention
-from .scoring.model_parts import split_model
+from .scoring.model_parts import ModelParts, split_model
 from .scoring.prompt_once import score_prompt_once
 from .scoring.reference import score_reference
 from .scoring.trie import TrieOptions, TrieScorer
@@ -66,11 +66,20 @@ class Decider:
         self.loaded = loaded
         self.options = options or DeciderOptions()
         self.prompts = PromptBuilder(loaded.tokenizer, stop_markers(loaded.tokenizer))
-        self.parts = split_model(loaded.model)
-        self.trie = self._trie_scorer()
+        self.parts = self._split()
+        self.trie = self._trie_scorer() if self.parts else None
         if self.options.scorer == "auto":
-            self.options = replace(self.options, scorer="trie" if self.trie else "prompt_once")
+            fallback = "prompt_once" if self.parts else "reference"
+            self.options = replace(self.options, scorer="trie" if self.trie else fallback)
         self._lock = threading.Lock()
+
+    def _split(self) -> ModelParts | None:
+        """The model's body and head; None for a model that must be run whole (e.g. soft-capped logits)."""
+        try:
+            return split_model(self.loaded.model)
+        except TypeError as exc:
+            log.warning("%s: %s; every candidate runs through the whole model (reference scorer)", self.model_id, exc)
+            return None
 
     def _trie_scorer(self) -> TrieScorer | None:
         if not tree_attention.install(self.parts.layers) or not self._self_test():
@@ -213,10 +222,10 @@ class Decider:
             partials = self.trie.score_many(subs)
         elif scorer == "reference":
             partials = [score_reference(self.loaded.model, sub) for sub in subs]
-        elif scorer == "prompt_once":
+        elif scorer == "prompt_once" and self.parts is not None:
             partials = [score_prompt_once(self.parts, self.loaded.model, sub) for sub in subs]
         else:
-            raise InvalidRequest(f"unknown scorer {scorer!r}", ("scorer",))
+            raise InvalidRequest(f"scorer {scorer!r} cannot run model {self.model_id}", ("scorer",))
         return [_spread(qs, idx, p) for qs, idx, p in zip(requests, todo, partials)]
 
     def _decision(self, request: DecisionRequest, tokenized: list[TokenizedQuestion], result: ScoreResult) -> Decision:
