@@ -50,13 +50,12 @@ def _native():
     # the native attention and OpenBLAS need between GEMMs (measured: attention 2x slower). Read when
     # libgomp loads, which is here.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    for path in _libdnnl_paths():
-        if path.exists():
-            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-            break
     try:
+        path = next((p for p in _libdnnl_paths() if p.exists()), None)
+        if path is not None:
+            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
         from . import _onednn
-    except ImportError as exc:
+    except (ImportError, OSError) as exc:  # not built, not installed, or libgomp missing
         log.debug("the bfloat16 backend is not available: %s", exc)
         return None
     return _onednn
