@@ -3,10 +3,17 @@ and SmolLM2-135M's bf16 answers stay close to the float32 reference scorer's."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import openai as openai_sdk
 import pytest
 from server_process import ServerProcess, tiny_model_env
+from tiny_model import write_tiny_gguf
 
 from bench import cases
 from decide import bf16
@@ -34,6 +41,29 @@ def test_an_unknown_precision_stops_the_server_with_the_reason(tmp_path):
     env = tiny_model_env(tmp_path, DECIDE_PRECISION="fp8")
     with pytest.raises(RuntimeError, match="unknown precision 'fp8'"):
         ServerProcess.start("wsgi:app", env=env, timeout=120).stop()
+
+
+def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DECIDE_CACHE_DIR": str(cache)}
+    script = Path(sys.executable).with_name("decide")
+    return subprocess.run([str(script), *args], env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_cli_runs_the_precision_it_is_given(tmp_path):
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    question = ["--noul", "refund=Is this a refund request?", "--choice", "team=billing,technical,sales"]
+    args = ["run", "-m", str(model), "-s", "I was charged twice.", *question, "--json"]
+    answers = {}
+    for precision in ("float32", "bfloat16"):
+        result = run_cli(*args, "--precision", precision, cache=tmp_path / "cache")
+        assert result.returncode == 0, result.stderr
+        assert f"{precision} weights through {'onednn' if precision == 'bfloat16' else 'blas'}" in result.stderr
+        answers[precision] = json.loads(result.stdout)["answers"]
+    for name in ("refund", "team"):
+        assert answers["float32"][name].keys() == answers["bfloat16"][name].keys()
+    assert answers["float32"]["refund"]["noul"] == pytest.approx(answers["bfloat16"]["refund"]["noul"], abs=0.02)
+    bad = run_cli(*args, "--precision", "fp8", cache=tmp_path / "cache")
+    assert bad.returncode == 2 and "invalid choice: 'fp8'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 # ---------------------------------------------------------------- SmolLM2-135M
