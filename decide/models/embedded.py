@@ -15,10 +15,11 @@ from decide.models.cache import sha256_file
 from decide.models.catalog import EMBEDDED, EmbeddedModel
 from decide.models.gguf_convert import convert_gguf
 
-__all__ = ["EMBEDDED", "EmbeddedModel", "assemble", "convert_embedded", "locate_parts"]
+__all__ = ["EMBEDDED", "EmbeddedModel", "assemble", "convert_embedded", "installed_file", "locate_parts"]
 
 
-def _locate(dist: str, module: str, relative: str) -> Path | None:
+def installed_file(dist: str, module: str, relative: str) -> Path | None:
+    """The installed file of one part of an embedded model, or None."""
     # find_spec on a top-level name does not execute the package.
     spec = importlib.util.find_spec(module)
     if spec is not None and spec.submodule_search_locations:
@@ -34,7 +35,7 @@ def _locate(dist: str, module: str, relative: str) -> Path | None:
 
 def locate_parts(model: EmbeddedModel) -> list[Path]:
     """The installed files of `model`, in order; ModelNotFound says what to install."""
-    found = [_locate(*part) for part in model.parts]
+    found = [installed_file(*part) for part in model.parts]
     missing = [dist for (dist, _, _), path in zip(model.parts, found, strict=True) if path is None]
     if missing:
         what = ", ".join(missing) if len(missing) <= 3 else f"{len(missing)} of its {len(model.parts)} packages"
