@@ -25,7 +25,7 @@ test: install
 	$(VENV)/bin/pytest -q
 
 test-fast: install
-	$(VENV)/bin/pytest -q -m "not slow and not smollm"
+	$(VENV)/bin/pytest -q -m "not slow and not smollm and not wheel"
 
 bench: install
 	$(VENV)/bin/pytest -q bench --benchmark-only -p no:cacheprovider
