@@ -198,6 +198,7 @@ function shellQuote(text) {
 }
 
 const keyExpression = () => (keyRequired ? 'os.environ["DECIDE_API_KEY"]' : '"none"');
+const osImport = () => (keyRequired ? ["import os", ""] : []);
 
 function curlSnippet(body) {
   const auth = keyRequired ? '  -H "Authorization: Bearer $DECIDE_API_KEY" \\\n' : "";
@@ -211,8 +212,7 @@ function curlSnippet(body) {
 
 function openaiSnippet(body) {
   return [
-    "import os",
-    "",
+    ...osImport(),
     "from openai import OpenAI",
     "",
     `client = OpenAI(base_url="${location.origin}/v1", api_key=${keyExpression()})`,
@@ -241,8 +241,7 @@ function typesafeQuestion(q) {
 function typesafeSnippet(body) {
   const classes = [...new Set(body.questions.map((q) => SDK_CLASS[q.type]))].sort();
   return [
-    "import os",
-    "",
+    ...osImport(),
     `from typesafe_sdk import ${[...classes, "TypeSafeClient"].join(", ")}`,
     "",
     `with TypeSafeClient(api_key=${keyExpression()}, base_url="${location.origin}", timeout=120) as client:`,
