@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -164,8 +165,8 @@ def test_the_browser_shows_the_apis_answers_and_its_snippets_run(smollm_server) 
 def check_snippets(snippets: dict[str, str], api: dict, url: str) -> None:
     """Each "copy as" snippet, run as a user would paste it, gets the page's answers."""
     python = [sys.executable, "-c"]
-    lines = _run([*python, snippets["openai"]]).splitlines()
-    assert [json.loads(line) for line in lines] == _approx(api["answers"])
+    *answers, usage = map(json.loads, _run([*python, snippets["openai"]]).splitlines())
+    assert answers == _close(api["answers"]) and usage["input_tokens"] == api["usage"]["input_tokens"]
     systemone = requests.post(url + "/v1/systemone", json=_systemone_body(), timeout=60).json()
     lines = _run([*python, snippets["typesafe"]]).splitlines()
     answers = {name: json.loads(rest) for name, _, rest in (line.partition(" ") for line in lines)}
@@ -176,7 +177,7 @@ def check_snippets(snippets: dict[str, str], api: dict, url: str) -> None:
     noul = systemone["answers"]["refund"]["noul"]
     assert noul == pytest.approx(api["answers"][0]["probability"], abs=1e-5)  # the same question in both protocols
     if shutil.which("curl"):
-        assert json.loads(_run(["bash", "-c", snippets["curl"]]))["answers"] == _approx(api["answers"])
+        assert json.loads(_run(["bash", "-c", snippets["curl"]]))["answers"] == _close(api["answers"])
 
 
 def _systemone_body() -> dict:
@@ -195,14 +196,8 @@ def _systemone_body() -> dict:
     }
 
 
-def _approx(answers: list[dict]) -> list[dict]:
-    return [
-        {k: pytest.approx(v, abs=1e-6) if k != "probabilities" else _approx(v) for k, v in a.items()} for a in answers
-    ]
-
-
-def _run(cmd: list[str]) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})})
     assert done.returncode == 0, f"{cmd[:2]} failed:\n{done.stderr}"
     return done.stdout
 
@@ -250,3 +245,52 @@ def test_a_rebinding_page_gets_403_in_the_browser(keyed_server) -> None:
         body = json.loads(driver.find_element(By.TAG_NAME, "body").text)
         assert body["error"]["code"] == "host_not_allowed"
         assert not driver.find_elements(By.ID, "submit")
+
+
+TRICKY_TEXT = 'It\'s "quoted", a \\backslash, $HOME and `date`;\nsecond line: ü é 中 <b>not html</b> {"json": 1}'
+TRICKY = [
+    {"type": "predicate", "name": "odd's", "instructions": 'Does it say "quoted"?'},
+    {
+        "type": "choice",
+        "name": "pick",
+        "instructions": "Which one?",
+        "choices": [{"value": "it's"}, {"value": '"q"'}, {"value": "a\\b"}, {"value": "True"}],
+    },
+    {"type": "score", "name": "level", "instructions": "How odd?", "levels": [{"label": "$low"}, {"label": "{high}"}]},
+]
+
+
+def test_snippets_carry_any_text_and_read_the_key_from_the_environment(keyed_server) -> None:
+    """Quotes, backslashes, $ and backticks, newlines and non-ASCII survive each snippet's quoting:
+    run with DECIDE_API_KEY set, each gets the same input tokens and answers as the API."""
+    with chromium() as driver:
+        open_page(driver, keyed_server.url + "/")
+        driver.find_element(By.ID, "api-key").send_keys(KEY)
+        build_request(driver, TRICKY_TEXT, TRICKY)
+        snippets = {kind: snippet(driver, kind) for kind in ("curl", "openai", "typesafe")}
+    assert KEY not in "".join(snippets.values())
+    headers = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": "tiny", "input": TRICKY_TEXT, "questions": TRICKY}
+    api = requests.post(keyed_server.url + "/v1/decisions", json=body, headers=headers, timeout=60).json()
+    env = {"DECIDE_API_KEY": KEY}
+    *answers, usage = map(json.loads, _run([sys.executable, "-c", snippets["openai"]], env).splitlines())
+    assert answers == _close(api["answers"]) and usage["input_tokens"] == api["usage"]["input_tokens"]
+    if shutil.which("curl"):
+        sent = json.loads(_run(["bash", "-c", snippets["curl"]], env))
+        assert sent["usage"]["input_tokens"] == api["usage"]["input_tokens"] and sent["answers"] == _close(
+            api["answers"]
+        )
+    lines = _run([sys.executable, "-c", snippets["typesafe"]], env).splitlines()
+    assert [line.partition(" ")[0] for line in lines] == [q["name"] for q in TRICKY]
+
+
+def _close(value):
+    """`value` with each float up to float32 noise (a cold and a warm prefix cache differ by ~1e-5 of a
+    log-likelihood), relative too: the tiny model's probabilities can be 1e-9."""
+    if isinstance(value, float):
+        return pytest.approx(value, rel=1e-4, abs=1e-6)
+    if isinstance(value, list):
+        return [_close(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _close(v) for k, v in value.items()}
+    return value

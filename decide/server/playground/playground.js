@@ -223,6 +223,7 @@ function openaiSnippet(body) {
     ")",
     "for answer in decision.answers:",
     "    print(answer.to_json(indent=None))",
+    "print(decision.usage.to_json(indent=None))",
   ].join("\n");
 }
 
