@@ -88,7 +88,11 @@ async function submit() {
     const response = await fetch("/v1/decisions", { method: "POST", headers, body: JSON.stringify(body) });
     const ms = performance.now() - started;
     const data = await response.json().catch(() => ({}));
-    if (!response.ok) return showError(errorText(response.status, data));
+    if (!response.ok) {
+      $("answers").replaceChildren();
+      $("usage").textContent = "";
+      return showError(errorText(response.status, data));
+    }
     drawAnswers(data, body.questions, ms);
   } catch (e) {
     showError(`Could not reach the server (${e.message}). Is it still running?`);
