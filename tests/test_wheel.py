@@ -6,10 +6,12 @@ copy of the sources (~1 min on 2 cores) and installs the dependencies into the n
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,13 +51,28 @@ def copy_sources(dest: Path) -> None:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
+    """Compile the wheel while a second core fills a fresh venv with the project's dependencies; then
+    install the wheel and let `pip check` confirm that its own metadata's requirements are met."""
     root = tmp_path_factory.mktemp("wheel")
     copy_sources(root / "src")
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist"), str(root / "src")], root)
-    (wheel,) = (root / "dist").glob("mlx_decide-*.whl")
-    run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], root)
     python = root / "venv" / "bin" / "python"
-    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", str(wheel)], root)
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    # The installed project's requirements (pip check below holds the wheel's own metadata to them).
+    dependencies = [r for r in importlib.metadata.requires("mlx-decide") or [] if "extra ==" not in r]
+
+    def fill_venv() -> None:
+        run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], root)
+        run([*pip, "install", "-q", *dependencies], root)
+
+    with ThreadPoolExecutor(1) as pool:
+        filled = pool.submit(fill_venv)
+        run(
+            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(root / "dist"), str(root / "src")], root
+        )
+        filled.result()
+    (wheel,) = (root / "dist").glob("mlx_decide-*.whl")
+    run([*pip, "install", "-q", "--no-deps", str(wheel)], root)
+    run([*pip, "check"], root)
     return root / "venv"
 
 
