@@ -11,11 +11,14 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import NoReturn
 
 from .cli import CLIError
 
-GUNICORN_CONFIG = "python:decide.server.gunicorn_config"
+# A file, not `python:decide.server.gunicorn_config`: importing the package would load MLX into
+# gunicorn's master process, which forks the workers.
+GUNICORN_CONFIG = str(Path(__file__).parent / "server" / "gunicorn_config.py")
 WSGI_APP = "decide.server.wsgi:app"
 
 

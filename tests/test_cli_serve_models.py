@@ -12,7 +12,7 @@ from pathlib import Path
 import openai as openai_sdk
 import pytest
 import requests
-from server_process import ROOT, ServerProcess
+from server_process import ROOT, ServerProcess, tiny_model_env
 from tiny_model import write_tiny_gguf
 
 from decide.models.catalog import EMBEDDED
@@ -109,7 +109,19 @@ def test_serve_runs_gunicorn_with_the_package_settings(tmp_path: Path) -> None:
         assert decision.model == "tiny" and 0 <= decision.answers[0].probability <= 1
         assert requests.get(server.url + "/", timeout=10).headers["Content-Type"].startswith("text/html")
         log = server.log_text()
+        assert not master_maps_mlx(server)  # execve: the decide process became gunicorn's master
     assert "gthread" in log and f"127.0.0.1:{server.port}" in log  # the package's worker class; --bind won
+
+
+def master_maps_mlx(server: ServerProcess) -> bool:
+    """Whether gunicorn's master process has MLX loaded (it must not: it forks the workers)."""
+    return "libmlx" in Path(f"/proc/{server.proc.pid}/maps").read_text()
+
+
+def test_gunicorn_wsgi_app_reads_the_package_settings_without_loading_mlx(tmp_path: Path) -> None:
+    with ServerProcess.start("wsgi:app", env=tiny_model_env(tmp_path)) as server:
+        assert not master_maps_mlx(server)
+        assert "gthread" in server.log_text()
 
 
 @pytest.mark.parametrize(
