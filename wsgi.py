@@ -1,5 +1,5 @@
-"""`gunicorn wsgi:app`: the server on the model named by DECIDE_MODEL, loaded in the background."""
+"""`gunicorn wsgi:app`: the app lives in the package (decide/server/wsgi.py), as `decide serve` runs it."""
 
-from decide.server import create_app
+from decide.server.wsgi import app
 
-app = create_app()
+__all__ = ["app"]

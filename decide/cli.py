@@ -187,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the System One response body")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
     run.set_defaults(func=cmd_run)
+    from . import cli_models, cli_serve
+
+    cli_serve.register(sub)
+    cli_models.register(sub)
     return parser
 
 

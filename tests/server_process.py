@@ -16,6 +16,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,12 +54,19 @@ class ServerProcess:
     @classmethod
     def start(cls, app: str = "wsgi:app", env: dict[str, str] | None = None, timeout: float = 300.0) -> ServerProcess:
         """Start gunicorn with gunicorn.conf.py and wait until GET /health answers 200."""
+        cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"), "--pythonpath", str(TESTS), app]
+        return cls.run(lambda port: cmd, env, timeout)
+
+    @classmethod
+    def run(
+        cls, command: Callable[[int], list[str]], env: dict[str, str] | None = None, timeout: float = 300.0, cwd=ROOT
+    ) -> ServerProcess:
+        """Start `command(port)` (a server on DECIDE_BIND = 127.0.0.1:port) and wait until it is ready."""
         port = free_port()
         log = Path(tempfile.mkstemp(prefix="decide-gunicorn-", suffix=".log")[1])
         full_env = {**os.environ, "DECIDE_BIND": f"127.0.0.1:{port}", **(env or {})}
-        cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "gunicorn.conf.py"), "--pythonpath", str(TESTS), app]
         with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(command(port), cwd=cwd, env=full_env, stdout=out, stderr=subprocess.STDOUT)
         server = cls(proc, port, log)
         try:
             server.wait_ready(timeout)

@@ -90,7 +90,7 @@ def test_request_ids_are_fresh(client) -> None:
 
 def test_404_is_the_merged_body_on_every_unknown_path(client) -> None:
     for method, path in [
-        ("GET", "/"),
+        ("GET", "/no-such-page"),
         ("POST", "/v1/decisions/"),
         ("GET", "/v1/jevcompat-no-such-route"),
         ("POST", "/v2/systemone"),

