@@ -37,6 +37,18 @@ def test_gunicorn_serves_bf16_and_says_so(tmp_path):
         assert "bfloat16 weights through onednn" in server.log_text()
 
 
+def test_decide_serve_passes_its_precision_to_the_server(tmp_path):
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    env = {"DECIDE_CACHE_DIR": str(tmp_path / "cache"), "DECIDE_API_KEY": "", "DECIDE_PRECISION": "float32"}
+
+    def command(port: int) -> list[str]:
+        serve = ["serve", "--model", str(model), "--bind", f"127.0.0.1:{port}", "--precision", "bfloat16"]
+        return [sys.executable, "-m", "decide", *serve]
+
+    with ServerProcess.run(command, env=env, cwd=tmp_path) as server:
+        assert server.health()["precision"] == "bfloat16"  # the flag wins over the environment
+
+
 def test_an_unknown_precision_stops_the_server_with_the_reason(tmp_path):
     env = tiny_model_env(tmp_path, DECIDE_PRECISION="fp8")
     with pytest.raises(RuntimeError, match="unknown precision 'fp8'"):
