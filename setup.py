@@ -1,6 +1,8 @@
 """Native extensions: the token trie and CPU attention (C++/pybind11), the log-prob gather (Cython), a BLAS shim (C)."""
 
+import importlib.metadata
 import re
+import sysconfig
 from pathlib import Path
 
 import numpy
@@ -31,7 +33,43 @@ gather = Extension(
 # loaded at run time (decide/runtime.py), so MLX's reference-BLAS calls go to OpenBLAS.
 blas_shim = Extension("decide._blas_shim", ["csrc/blas_shim.c"], extra_compile_args=["-O2"], libraries=["dl"])
 
+
+def onednn_root() -> Path | None:
+    """The prefix holding oneDNN's include/oneapi/dnnl and lib/libdnnl.so: where the wheels onednn-devel-cpu-gomp
+    (a build requirement on Linux x86-64) and onednn-cpu-gomp put them, even in pip's isolated build env."""
+    candidates = [Path(sysconfig.get_paths()["data"])]
+    try:
+        dist = importlib.metadata.distribution("onednn-devel-cpu-gomp")
+        headers = [f for f in dist.files or () if str(f).endswith("oneapi/dnnl/dnnl.hpp")]
+        candidates = [Path(dist.locate_file(f)).resolve().parents[2] for f in headers] + candidates
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    for root in candidates:
+        if (root / "include/oneapi/dnnl/dnnl.hpp").exists() and (root / "lib/libdnnl.so").exists():
+            return root
+    return None
+
+
+def bf16_extensions() -> list[Extension]:
+    """decide._onednn, the bfloat16 linear layers, where oneDNN is installed (decide/bf16.py loads its library)."""
+    root = onednn_root()
+    if root is None:
+        print("oneDNN not found: building without the bfloat16 backend")
+        return []
+    onednn = Pybind11Extension(
+        "decide._onednn",
+        ["csrc/onednn_bindings.cpp", "csrc/bf16_linear.cpp"],
+        include_dirs=["csrc", str(root / "include")],
+        library_dirs=[str(root / "lib")],
+        libraries=["dnnl"],
+        cxx_std=17,
+        define_macros=VERSION_MACRO,
+        extra_compile_args=["-O3", "-fopenmp-simd"],
+    )
+    return [onednn]
+
+
 setup(
-    ext_modules=[native, *cythonize([gather], language_level=3), blas_shim],
+    ext_modules=[native, *cythonize([gather], language_level=3), blas_shim, *bf16_extensions()],
     cmdclass={"build_ext": build_ext},
 )

@@ -27,9 +27,18 @@ def pytest_configure(config: pytest.Config) -> None:
 def loaded():
     from decide.models import load_model
 
-    return load_model(settings.model())
+    return load_model(settings.model(), precision="float32")
 
 
 @pytest.fixture(scope="session")
-def harness(loaded) -> Harness:
-    return Harness(loaded, full_oracles=settings.full_oracles())
+def loaded_bf16():
+    """The same model in bfloat16 where the oneDNN backend is built (any CPU: measured even without native bf16)."""
+    from decide import bf16
+    from decide.models import load_model
+
+    return load_model(settings.model(), precision="bfloat16") if bf16.available() else None
+
+
+@pytest.fixture(scope="session")
+def harness(loaded, loaded_bf16) -> Harness:
+    return Harness(loaded, full_oracles=settings.full_oracles(), loaded_bf16=loaded_bf16)

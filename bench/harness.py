@@ -1,7 +1,9 @@
 """Runs one benchmark case on one scoring path and checks it against the oracles.
 
 Paths: `reference` (every candidate its own forward), `prompt_once`, `trie` (prefix cache cleared
-before every run) and `trie_warm` (the request's prefix already cached).
+before every run) and `trie_warm` (the request's prefix already cached), all in float32; and
+`trie_bf16`: the trie engine, cold, on the same model loaded in bfloat16 (decide/bf16.py), checked
+against the same float32 oracles within the bf16 bounds.
 
 Where a full oracle run would take many minutes, the oracle runs on a sample (bench/cases.py):
 the reference on some candidates, prompt-once on some questions. Its single timed run is then
@@ -30,6 +32,8 @@ from .work import ModelShape, Work, counting_parts, prompt_once_work, reference_
 
 PROB_TOL = 1e-4
 LL_TOL = 1e-3  # nats, on log-likelihood differences within a question
+BF16_PROB_TOL = 0.05  # bf16 against the float32 oracles (tests/test_bf16_models.py)
+BF16_LL_TOL = 0.5
 
 # question -> (candidate indices, log-likelihoods)
 Scores = dict[int, tuple[np.ndarray, np.ndarray]]
@@ -75,21 +79,30 @@ def _pick(scores: tuple[np.ndarray, np.ndarray], candidates: np.ndarray) -> np.n
 
 
 class Harness:
-    def __init__(self, loaded, full_oracles: bool = False) -> None:
+    def __init__(self, loaded, full_oracles: bool = False, loaded_bf16=None) -> None:
         self.loaded = loaded
         self.full_oracles = full_oracles
         self.shape = ModelShape.of(loaded.model)
         self.deciders = {s: Decider(loaded, DeciderOptions(scorer=s)) for s in ("reference", "prompt_once", "trie")}
-        self.trie_work = Work()
-        trie = self.deciders["trie"].trie
-        if trie is not None:
-            trie.parts = counting_parts(trie.parts, self.trie_work)
+        if loaded_bf16 is not None:
+            self.deciders["trie_bf16"] = Decider(loaded_bf16, DeciderOptions(scorer="trie"))
+        self.trie_work = {name: Work() for name in ("trie", "trie_bf16")}
+        for name, work in self.trie_work.items():
+            trie = self.deciders[name].trie if name in self.deciders else None
+            if trie is not None:
+                trie.parts = counting_parts(trie.parts, work)
         self.oracles: dict[tuple[str, str], Outcome] = {}
         self._requests: dict[str, tuple[DecisionRequest, list[TokenizedQuestion]]] = {}
 
     @property
     def has_trie(self) -> bool:
         return self.deciders["trie"].trie is not None
+
+    def runs(self, path: str) -> bool:
+        """Can `path` run here? (the trie needs a model it fits, trie_bf16 the bf16 backend)"""
+        if path == "trie_bf16":
+            return "trie_bf16" in self.deciders and self.deciders["trie_bf16"].trie is not None
+        return self.has_trie or not path.startswith("trie")
 
     def request(self, case: Case) -> tuple[DecisionRequest, list[TokenizedQuestion]]:
         if case.name not in self._requests:
@@ -110,11 +123,11 @@ class Harness:
         if path in ("reference", "prompt_once"):
             work = (reference_work if path == "reference" else prompt_once_work)(tokenized)
             return lambda: self._decide(path, request, work)
-        return lambda: self._trie(request)
+        return lambda: self._trie(request, "trie_bf16" if path == "trie_bf16" else "trie")
 
     def setup(self, path: str) -> Callable[[], None] | None:
         """Before every timed run: a cold trie starts from an empty prefix cache."""
-        return self.deciders["trie"].trie.cache.clear if path == "trie" else None
+        return self.deciders[path].trie.cache.clear if path in ("trie", "trie_bf16") else None
 
     def check(self, case: Case, path: str, outcome: Outcome) -> tuple[float, float]:
         """Compare with the reference (and, for the trie, with prompt-once when it has run); assert the bounds."""
@@ -123,8 +136,9 @@ class Harness:
             wants.append(self.oracles[(case.name, "prompt_once")])
         errors = [compare(outcome.scores, want.scores) for want in wants]
         prob_err, ll_err = (max(e[i] for e in errors) for i in (0, 1))
-        assert prob_err <= PROB_TOL, f"{case.name}/{path}: probabilities differ from the oracle by {prob_err:.2e}"
-        assert ll_err <= LL_TOL, f"{case.name}/{path}: log-likelihood differences off by {ll_err:.2e}"
+        prob_tol, ll_tol = (BF16_PROB_TOL, BF16_LL_TOL) if path == "trie_bf16" else (PROB_TOL, LL_TOL)
+        assert prob_err <= prob_tol, f"{case.name}/{path}: probabilities differ from the oracle by {prob_err:.2e}"
+        assert ll_err <= ll_tol, f"{case.name}/{path}: log-likelihood differences off by {ll_err:.2e}"
         return prob_err, ll_err
 
     def oracle(self, case: Case, path: str) -> Outcome:
@@ -163,10 +177,10 @@ class Harness:
         usage = (decision := self.deciders[scorer].decide(request)).usage
         return Outcome(scores_of(decision), usage.computed_tokens, usage.cached_tokens, work)
 
-    def _trie(self, request: DecisionRequest) -> Outcome:
-        self.trie_work.reset()  # counted afresh by the wrapped body and head
-        decision = self.deciders["trie"].decide(request)
-        work = replace(self.trie_work)
+    def _trie(self, request: DecisionRequest, name: str) -> Outcome:
+        self.trie_work[name].reset()  # counted afresh by the wrapped body and head
+        decision = self.deciders[name].decide(request)
+        work = replace(self.trie_work[name])
         return Outcome(scores_of(decision), decision.usage.computed_tokens, decision.usage.cached_tokens, work)
 
     def _reference_sample(self, tokenized: list[TokenizedQuestion], sample) -> Outcome:

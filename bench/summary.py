@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .config import default_json
 
-PATH_ORDER = ("reference", "prompt_once", "trie", "trie_warm")
+PATH_ORDER = ("reference", "prompt_once", "trie", "trie_warm", "trie_bf16")
 
 
 def load(path: Path) -> dict[tuple[str, str], dict]:
@@ -35,7 +35,7 @@ def fmt_ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.1f}x" if a and b else "-"
 
 
-def scoring_table(rows: dict, ceiling: float | None) -> list[str]:
+def scoring_table(rows: dict, ceilings: dict[str, float | None]) -> list[str]:
     head = (
         f"{'case':<10} {'path':<12} {'median s':>10} {'rounds':>6} {'tokens':>7} {'cached':>6} {'t/ref':>7} "
         f"{'tok/ref':>8} {'t/p-o':>7} {'GFLOP':>8} {'GFLOP/s':>8} {'%ceil':>6} {'max dp':>8} {'check':>6}"
@@ -50,6 +50,7 @@ def scoring_table(rows: dict, ceiling: float | None) -> list[str]:
             if r is None:
                 continue
             gflops = r["flops"] / r["median"] / 1e9
+            ceiling = ceilings["bf16" if path == "trie_bf16" else "f32"]
             lines.append(
                 f"{case:<10} {path:<12} {fmt_time(r):>10} {r['rounds']:>6} {r['tokens']:>7} {r['cached_tokens']:>6} "
                 f"{fmt_ratio(ref and ref['median'], r['median']):>7} {fmt_ratio(ref and ref['tokens'], r['tokens']):>8} "
@@ -57,6 +58,9 @@ def scoring_table(rows: dict, ceiling: float | None) -> list[str]:
                 f"{(f'{100 * gflops / ceiling:.0f}%' if ceiling else '-'):>6} {r['prob_err']:>8.1e} "
                 f"{('ok' if r.get('checked') else 'FAILED'):>6}"
             )
+            f32 = rows.get((case, "trie"))
+            if path == "trie_bf16" and f32:
+                lines.append(f"{'':<10} {'':<12} bfloat16 / float32 trie: {f32['median'] / r['median']:.2f}x faster")
     return lines
 
 
@@ -69,7 +73,7 @@ def forest_table(rows: dict) -> list[str]:
     return lines
 
 
-def targets(rows: dict, ceiling: float | None) -> list[str]:
+def targets(rows: dict, ceilings: dict[str, float | None]) -> list[str]:
     """The issue's targets and where this run stands."""
 
     def get(case: str, path: str, key: str = "median"):
@@ -84,7 +88,7 @@ def targets(rows: dict, ceiling: float | None) -> list[str]:
         tok, least = get(case, "trie", "tokens"), get(case, "trie", "trie_minimum")
         if tok is not None:
             out.append(line(f"{case}: trie tokens / trie minimum", f"{tok} / {least}", "equal", tok == least))
-    std = rows.get(("standard", "trie"))
+    std, ceiling = rows.get(("standard", "trie")), ceilings["f32"]
     if std and ceiling:
         share = std["flops"] / std["median"] / 1e9 / ceiling
         out.append(line("standard: trie GFLOP/s / matmul ceiling", f"{100 * share:.0f}%", ">= 70%", share >= 0.7))
@@ -94,6 +98,16 @@ def targets(rows: dict, ceiling: float | None) -> list[str]:
     out.append(line("standard: trie median", _s(t), "< 0.65 s", t and t < 0.65))
     t = get("choice255", "trie")
     out.append(line("choice255: trie median (cold)", _s(t), "< 5 s", t and t < 5))
+    for case in ("standard", "choice40"):
+        speed = _ratio(get(case, "trie"), get(case, "trie_bf16"))
+        out.append(line(f"{case}: bf16 trie speed-up over float32", _x(speed), ">= 2.5x", speed and speed >= 2.5))
+    t = get("choice255", "trie_bf16")
+    out.append(line("choice255: bf16 trie median (cold)", _s(t), "< 5 s", t and t < 5))
+    for case in ("choice255", "state20"):
+        r, bf = rows.get((case, "trie_bf16")), ceilings["bf16"]
+        if r and bf:
+            share = r["flops"] / r["median"] / 1e9 / bf
+            out.append(line(f"{case}: bf16 GFLOP/s / bf16 ceiling", f"{100 * share:.0f}%", ">= 60%", share >= 0.6))
     speed = _ratio(get("state20", "prompt_once"), get("state20", "trie"))
     out.append(line("state20: cold trie speed-up over prompt-once", _x(speed), ">= 5x", speed and speed >= 5))
     speed = _ratio(get("state20", "trie"), get("state20", "trie_warm"))
@@ -121,17 +135,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     data = json.loads(path.read_text())
     rows = load(path)
-    mm = rows.get(("matmul", "ceiling"))
-    ceiling = mm["flops"] / mm["median"] / 1e9 if mm else None
+    mm, mm_bf16 = rows.get(("matmul", "ceiling")), rows.get(("matmul", "ceiling_bf16"))
+    ceilings = {name: r and r["flops"] / r["median"] / 1e9 for name, r in (("f32", mm), ("bf16", mm_bf16))}
     model = next((r["model"] for r in rows.values() if "model" in r), "?")
-    print(
-        f"decide benchmarks: {model}, {data['machine_info'].get('cpu', {}).get('brand_raw', '?')}, {data['datetime']}"
-    )
+    cpu = (mm or {}).get("cpu_model") or data["machine_info"].get("cpu", {}).get("brand_raw", "?")
+    print(f"decide benchmarks: {model}, {cpu}, {data['datetime']}")
     if mm:
+        print(f"CPU flags: {' '.join(mm.get('cpu_flags', [])) or '-'}")
         m, k, n = mm["shape"]
-        print(f"float32 matmul ceiling ({m}x{k} @ {k}x{n}, MLX + the same BLAS): {ceiling:.1f} GFLOP/s")
+        print(f"float32 matmul ceiling ({m}x{k} @ {k}x{n}, MLX + the same BLAS): {ceilings['f32']:.1f} GFLOP/s")
+    if mm_bf16:
+        print(f"bfloat16 matmul ceiling (the same shape, oneDNN): {ceilings['bf16']:.1f} GFLOP/s")
     print()
-    print("\n".join(scoring_table(rows, ceiling)))
+    print("\n".join(scoring_table(rows, ceilings)))
     print("  t/ref, tok/ref, t/p-o: how many times faster / fewer tokens than the reference and prompt-once;")
     print("  ~: scaled from a sampled oracle run; max dp: largest probability difference from the oracles.")
     forest = forest_table(rows)
@@ -139,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\nforest build and gather (no model):")
         print("\n".join(forest))
     print("\ntargets (issue 'Trie engine'):")
-    print("\n".join(targets(rows, ceiling)))
+    print("\n".join(targets(rows, ceilings)))
     return 0
 
 

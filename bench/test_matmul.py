@@ -1,19 +1,54 @@
-"""The machine's practical float32 ceiling: a model-shaped matmul through MLX and the same BLAS.
+"""The machine's practical matmul ceilings at the model's largest shape: float32 through MLX and the
+same BLAS, and bfloat16 through oneDNN (the bf16 backend's GEMM, decide/bf16.py).
 
 (512 × hidden) @ (hidden × intermediate) is the MLP up-projection of a 512-token pass, the
-largest matmul of the forward; the summary puts each path's achieved GFLOP/s next to it.
+largest matmul of the forward; the summary puts each path's achieved GFLOP/s next to its
+precision's ceiling, and prints the CPU and its relevant flags.
 """
 
 from __future__ import annotations
 
+import platform
+
+import numpy as np
+import pytest
+
+from decide import bf16
 from decide.runtime import mx
 
 TOKENS = 512
+FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_info() -> dict:
+    model = next(
+        (line.partition(":")[2].strip() for line in _cpuinfo().splitlines() if line.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
+    flags = bf16.cpu_flags()
+    return {"cpu_model": model, "cpu_flags": [f for f in FLAGS if f in flags]}
+
+
+def _cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _info(loaded, path: str, shape: tuple[int, int, int]) -> dict:
+    m, k, n = shape
+    return {"model": loaded.model_id, "case": "matmul", "path": path, "shape": list(shape), "flops": 2.0 * m * k * n}
+
+
+def _shape(loaded) -> tuple[int, int, int]:
+    args = loaded.model.args
+    return TOKENS, args.hidden_size, args.intermediate_size
 
 
 def test_matmul_ceiling(benchmark, loaded) -> None:
-    args = loaded.model.args
-    m, k, n = TOKENS, args.hidden_size, args.intermediate_size
+    m, k, n = _shape(loaded)
     a = mx.random.normal((m, k), key=mx.random.key(0)).astype(mx.float32)
     b = mx.random.normal((k, n), key=mx.random.key(1)).astype(mx.float32)
     mx.eval(a, b)
@@ -26,6 +61,17 @@ def test_matmul_ceiling(benchmark, loaded) -> None:
     out = benchmark.pedantic(product, rounds=30, warmup_rounds=3)
     assert mx.allclose(out[:4], a[:4] @ b, atol=1e-3).item()  # the same product, row by row
     benchmark.group = "matmul"
-    benchmark.extra_info.update(
-        {"model": loaded.model_id, "case": "matmul", "path": "ceiling", "shape": [m, k, n], "flops": 2.0 * m * k * n}
-    )
+    benchmark.extra_info.update({**_info(loaded, "ceiling", (m, k, n)), **cpu_info()})
+
+
+@pytest.mark.skipif(not bf16.available(), reason="the oneDNN backend is not built")
+def test_bf16_matmul_ceiling(benchmark, loaded) -> None:
+    m, k, n = _shape(loaded)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32)  # [out, in], as a linear layer holds it
+    gemm = bf16._native().Bf16Linear(w)
+    out = benchmark.pedantic(lambda: gemm(x), rounds=30, warmup_rounds=3)
+    np.testing.assert_allclose(out[:4], x[:4] @ w.T, rtol=0, atol=0.05 * np.sqrt(k))  # bf16 inputs: ~3 digits
+    benchmark.group = "matmul"
+    benchmark.extra_info.update(_info(loaded, "ceiling_bf16", (m, k, n)))

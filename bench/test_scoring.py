@@ -17,16 +17,16 @@ from .cases import CASES
 ROUNDS = config.rounds()
 BUDGET_S = config.budget_seconds()  # timed seconds per path, at most ROUNDS rounds
 
-PATHS = {name: ("reference", "prompt_once", "trie") for name in CASES}
-PATHS["state20"] = ("reference", "prompt_once", "trie", "trie_warm")
+PATHS = {name: ("reference", "prompt_once", "trie", "trie_bf16") for name in CASES}
+PATHS["state20"] = ("reference", "prompt_once", "trie", "trie_warm", "trie_bf16")
 RUNS = [(name, path) for name, paths in PATHS.items() for path in paths]
 
 
 @pytest.mark.parametrize(("case_name", "path"), RUNS, ids=[f"{c}-{p}" for c, p in RUNS])
 def test_scoring(benchmark, harness, case_name: str, path: str) -> None:
     case = CASES[case_name]
-    if path.startswith("trie") and not harness.has_trie:
-        pytest.skip("the trie engine does not fit this model")
+    if not harness.runs(path):
+        pytest.skip(f"{path} does not run here (the trie does not fit the model, or no bf16 backend)")
     benchmark.group = case_name
     run, setup = harness.runner(case, path), harness.setup(path)
     if path == "reference":

@@ -134,12 +134,12 @@ def print_answers(response: dict, out: TextIO | None = None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .core import Decider
+    from .core import Decider, DeciderOptions
     from .wire import systemone
 
     state = sys.stdin.read() if args.state == "-" else args.state
     parsed = parse_body(systemone_body(state, args.questions or []))
-    decider = Decider.load(args.model, progress=not args.quiet)
+    decider = Decider.load(args.model, DeciderOptions(precision=args.precision), progress=not args.quiet)
     response: dict[str, Any] = systemone.render(decider.decide(parsed.request), parsed)
     if args.json:
         print(json.dumps(response, ensure_ascii=False, indent=2, allow_nan=False))
@@ -176,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="questions",
         metavar="NAME[:QUESTION]=LOW,...,HIGH",
         help="a score over ordered levels",
+    )
+    run.add_argument(
+        "--precision",
+        choices=("auto", "float32", "bfloat16"),
+        default=None,
+        help="weights and matmuls: bfloat16 (CPU, oneDNN) or float32; auto = bfloat16 where the CPU has native bf16 "
+        "(default: $DECIDE_PRECISION or auto)",
     )
     run.add_argument("--json", action="store_true", help="print the System One response body")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")

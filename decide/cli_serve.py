@@ -29,7 +29,12 @@ def gunicorn_command() -> list[str]:
 def serve_env(args: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment of the server: the caller's, with the flags as DECIDE_* settings."""
     env = dict(environ)
-    flags = {"DECIDE_MODEL": args.model, "DECIDE_BIND": args.bind, "DECIDE_WORKERS": args.workers}
+    flags = {
+        "DECIDE_MODEL": args.model,
+        "DECIDE_BIND": args.bind,
+        "DECIDE_WORKERS": args.workers,
+        "DECIDE_PRECISION": args.precision,
+    }
     env.update({name: str(value) for name, value in flags.items() if value is not None})
     return env
 
@@ -79,5 +84,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--workers",
         type=_workers,
         help="gunicorn workers, each with its own model copy (default: $DECIDE_WORKERS or 1)",
+    )
+    serve.add_argument(
+        "--precision",
+        choices=("auto", "float32", "bfloat16"),
+        help="weights and matmuls; auto = bfloat16 where the CPU has native bf16 (default: $DECIDE_PRECISION or auto)",
     )
     serve.set_defaults(func=cmd_serve, quiet=False)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decide import runtime
+from decide import bf16, runtime
 from decide.errors import ModelLoadError
 from decide.models.sources import resolve
 from decide.models.tokenizer import ChatTokenizer
@@ -31,25 +31,38 @@ class LoadedModel:
     dtype: str
     device: str
     blas: str
+    precision: str  # of the weights and GEMMs: float32 (or the GPU dtype) or bfloat16 (decide.bf16)
+    backend: str  # what runs the linear layers: mlx (GPU), blas (CPU float32), onednn (CPU bfloat16)
     source: str  # the mlx-lm folder the weights were loaded from
     load_seconds: float
     supports_images: bool = False
     config: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-def load_model(spec: str | None = None, *, cache_dir: str | Path | None = None, progress: bool = True) -> LoadedModel:
+def load_model(
+    spec: str | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    progress: bool = True,
+    precision: str | None = None,
+) -> LoadedModel:
     """Load `spec`: an embedded alias, an mlx-lm folder, a .gguf file or a locally cached HF repo id.
 
     None means $DECIDE_MODEL, else "qwen2.5-coder-1.5b". GGUF sources are converted once into
     the cache (`cache_dir`, else $DECIDE_CACHE_DIR, else ~/.cache/decide/models).
+    `precision`: auto | float32 | bfloat16 (None: $DECIDE_PRECISION, else auto; see decide.bf16).
     Raises ModelNotFound (nothing to load; the message says what to do) or ModelLoadError.
     """
+    try:
+        precision = bf16.resolve_precision(precision)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from exc
     start = time.perf_counter()
     resolved = resolve(spec, cache_dir=cache_dir, progress=progress)
     if resolved.converted:
         log.info("converted %s into %s in %.1f s", resolved.source, resolved.folder, time.perf_counter() - start)
     dtype = runtime.compute_dtype()
-    model, config = build_model(resolved.folder, dtype)
+    model, config = build_model(resolved.folder, dtype, precision)
     tokenizer = ChatTokenizer.from_folder(resolved.folder)
     loaded = LoadedModel(
         model_id=resolved.model_id,
@@ -59,15 +72,18 @@ def load_model(spec: str | None = None, *, cache_dir: str | Path | None = None, 
         dtype=str(dtype).removeprefix("mlx.core."),
         device=runtime.device(),
         blas=runtime.BLAS,
+        precision=precision if precision == "bfloat16" else str(dtype).removeprefix("mlx.core."),
+        backend="onednn" if precision == "bfloat16" else ("blas" if runtime.device() == "cpu" else "mlx"),
         source=str(resolved.folder),
         load_seconds=time.perf_counter() - start,
         config=config,
     )
     log.info(
-        "loaded %s (%s, %s on %s, context %d) in %.1f s; BLAS: %s",
+        "loaded %s (%s, %s weights through %s on %s, context %d) in %.1f s; BLAS: %s",
         loaded.model_id,
         config.get("model_type"),
-        loaded.dtype,
+        loaded.precision,
+        loaded.backend,
         loaded.device,
         loaded.context_length,
         loaded.load_seconds,
@@ -76,8 +92,9 @@ def load_model(spec: str | None = None, *, cache_dir: str | Path | None = None, 
     return loaded
 
 
-def build_model(folder: Path, dtype: mx.Dtype) -> tuple[Any, dict[str, Any]]:
-    """Build mlx-lm's own model class for `folder` with weights cast to `dtype`."""
+def build_model(folder: Path, dtype: mx.Dtype, precision: str = "float32") -> tuple[Any, dict[str, Any]]:
+    """Build mlx-lm's own model class for `folder` with weights cast to `dtype`; with precision
+    bfloat16 its linear layers and embedding then become decide.bf16's, one weight at a time."""
     from mlx_lm.utils import load_model as mlx_lm_load_model  # after decide.runtime: BLAS first
 
     try:
@@ -85,6 +102,8 @@ def build_model(folder: Path, dtype: mx.Dtype) -> tuple[Any, dict[str, Any]]:
     except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
         raise ModelLoadError(f"cannot build the model in {folder}: {exc}") from exc
     model.set_dtype(dtype)
+    if precision == "bfloat16":
+        bf16.convert(model)
     mx.eval(model.parameters())
     return model, config
 

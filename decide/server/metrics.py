@@ -102,12 +102,23 @@ class _EngineCollector(Collector):
         yield _gauge("decide_running", "Requests in the batch being decided now", e.running)
         yield _gauge("decide_queue_limit", "Requests allowed to wait (DECIDE_MAX_PENDING)", e.options.max_pending)
         yield _gauge("decide_model_ready", "1 once the model is loaded", 1 if e.phase == "ready" else 0)
+        yield from _model_info(e.decider)
         yield from _prefix_cache(e.decider)
         yield from _mlx_memory()
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
+
+
+def _model_info(decider: Any) -> Iterator[Metric]:
+    info = getattr(decider, "info", None)
+    if not isinstance(info, dict):
+        return
+    labels = {k: str(info.get(k, "")) for k in ("model", "device", "precision", "backend", "scorer")}
+    family = GaugeMetricFamily("decide_model_info", "The model that serves and how it runs", labels=list(labels))
+    family.add_metric(list(labels.values()), 1)
+    yield family
 
 
 def _prefix_cache(decider: Any) -> Iterator[Metric]:

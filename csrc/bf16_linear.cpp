@@ -1,0 +1,106 @@
+#include "bf16_linear.hpp"
+
+#include <cstring>
+#include <unordered_map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+namespace decide {
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+dnnl::engine& cpu_engine() {
+    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
+}
+
+}  // namespace
+
+void to_bf16(const float* in, uint16_t* out, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &in[i], 4);
+        const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+        const uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
+        out[i] = static_cast<uint16_t>(nan ? (bits >> 16) | 0x40u : rounded >> 16);
+    }
+}
+
+void from_bf16(const uint16_t* in, float* out, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
+        std::memcpy(&out[i], &bits, 4);
+    }
+}
+
+// One primitive for every row count (oneDNN's run-time M), its weight reordered once into the
+// layout that primitive prefers.
+struct Bf16Linear::Impl {
+    dnnl::matmul matmul;
+    memory weight, bias;
+    bool has_bias;
+};
+
+Bf16Linear::Bf16Linear(const float* w, int64_t out, int64_t in, const float* b, bool packed_)
+    : out_features(out), in_features(in), packed(packed_), impl_(std::make_unique<Impl>()) {
+    auto& engine = cpu_engine();
+    const memory::dim any_rows = DNNL_RUNTIME_DIM_VAL;
+    memory::desc src({any_rows, in}, dt::bf16, tag::ab);
+    // W [out, in] row-major is Wᵀ [in, out] in tag ba.
+    memory::desc wei_plain({in, out}, dt::bf16, tag::ba);
+    memory::desc wei_any = packed ? memory::desc({in, out}, dt::bf16, tag::any) : wei_plain;
+    memory::desc dst({any_rows, out}, dt::f32, tag::ab);
+    memory::desc bias_desc({1, out}, dt::f32, tag::ab);
+    impl_->has_bias = b != nullptr;
+    auto pd = b ? dnnl::matmul::primitive_desc(engine, src, wei_any, bias_desc, dst)
+                : dnnl::matmul::primitive_desc(engine, src, wei_any, dst);
+    impl_->matmul = dnnl::matmul(pd);
+
+    impl_->weight = memory(pd.weights_desc(), engine);
+    if (packed) {
+        std::vector<uint16_t> plain(static_cast<size_t>(out * in));
+        to_bf16(w, plain.data(), plain.size());
+        memory plain_mem(wei_plain, engine, plain.data());
+        dnnl::stream stream(engine);
+        dnnl::reorder(plain_mem, impl_->weight).execute(stream, plain_mem, impl_->weight);
+        stream.wait();
+    } else {
+        to_bf16(w, static_cast<uint16_t*>(impl_->weight.get_data_handle()), static_cast<size_t>(out * in));
+    }
+    if (b) {
+        impl_->bias = memory(bias_desc, engine);
+        std::memcpy(impl_->bias.get_data_handle(), b, static_cast<size_t>(out) * 4);
+    }
+}
+
+Bf16Linear::~Bf16Linear() = default;
+
+size_t Bf16Linear::weight_bytes() const { return impl_->weight.get_desc().get_size(); }
+
+void Bf16Linear::rows(const int64_t* ids, size_t n, float* out) const {
+    const auto* table = static_cast<const uint16_t*>(impl_->weight.get_data_handle());
+    for (size_t i = 0; i < n; ++i) from_bf16(table + ids[i] * in_features, out + i * in_features, in_features);
+}
+
+void Bf16Linear::forward(const float* x, int64_t rows, int64_t x_stride, float* y) const {
+    auto& engine = cpu_engine();
+    thread_local std::vector<uint16_t> xb;
+    xb.resize(static_cast<size_t>(rows * in_features));
+    for (int64_t r = 0; r < rows; ++r) to_bf16(x + r * x_stride, xb.data() + r * in_features, in_features);
+    memory src({{rows, in_features}, dt::bf16, tag::ab}, engine, xb.data());
+    memory dst({{rows, out_features}, dt::f32, tag::ab}, engine, y);
+    dnnl::stream stream(engine);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weight}, {DNNL_ARG_DST, dst}};
+    if (impl_->has_bias) args.insert({DNNL_ARG_BIAS, impl_->bias});
+    impl_->matmul.execute(stream, args);
+    stream.wait();
+}
+
+}  // namespace decide

@@ -1,0 +1,94 @@
+// decide._onednn: binds csrc/bf16_linear.hpp. Only binding code here; the GIL is released around the C++ work.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "bf16_linear.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+using Float32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using Uint16Array = py::array_t<uint16_t, py::array::c_style | py::array::forcecast>;
+
+std::unique_ptr<decide::Bf16Linear> make_linear(const Float32Array& weight, const std::optional<Float32Array>& bias,
+                                                bool packed) {
+    if (weight.ndim() != 2) throw std::invalid_argument("weight must be [out, in]");
+    const auto out = weight.shape(0), in = weight.shape(1);
+    if (bias && (bias->ndim() != 1 || bias->shape(0) != out)) throw std::invalid_argument("bias must be [out]");
+    const float* b = bias ? bias->data() : nullptr;
+    py::gil_scoped_release nogil;
+    return std::make_unique<decide::Bf16Linear>(weight.data(), out, in, b, packed);
+}
+
+// x: float32 [..., in] whose last axis is contiguous and whose rows are evenly strided.
+py::array_t<float> forward(const decide::Bf16Linear& self, const py::array_t<float>& x) {
+    if (x.ndim() < 1 || x.shape(x.ndim() - 1) != self.in_features)
+        throw std::invalid_argument("x must be [..., " + std::to_string(self.in_features) + "]");
+    py::array_t<float, py::array::c_style> flat = py::array_t<float, py::array::c_style | py::array::forcecast>(x);
+    const int64_t rows = flat.size() / self.in_features;
+    std::vector<py::ssize_t> shape(flat.shape(), flat.shape() + flat.ndim());
+    shape.back() = self.out_features;
+    py::array_t<float> y(shape);
+    const float* in = flat.data();
+    float* out = y.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        if (rows) self.forward(in, rows, self.in_features, out);
+    }
+    return y;
+}
+
+py::array_t<float> rows(const decide::Bf16Linear& self, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids) {
+    if (self.packed) throw std::invalid_argument("rows() needs a Bf16Linear built with packed=False");
+    const int64_t* p = ids.data();
+    for (py::ssize_t i = 0; i < ids.size(); ++i)
+        if (p[i] < 0 || p[i] >= self.out_features) throw std::out_of_range("row id out of range");
+    std::vector<py::ssize_t> shape(ids.shape(), ids.shape() + ids.ndim());
+    shape.push_back(self.in_features);
+    py::array_t<float> out(shape);
+    float* o = out.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        self.rows(p, static_cast<size_t>(ids.size()), o);
+    }
+    return out;
+}
+
+py::array_t<uint16_t> to_bf16(const Float32Array& x) {
+    py::array_t<uint16_t> out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+    decide::to_bf16(x.data(), out.mutable_data(), static_cast<size_t>(x.size()));
+    return out;
+}
+
+py::array_t<float> from_bf16(const Uint16Array& x) {
+    py::array_t<float> out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+    decide::from_bf16(x.data(), out.mutable_data(), static_cast<size_t>(x.size()));
+    return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_onednn, m) {
+    m.doc() = "bfloat16 linear layers through oneDNN";
+#ifdef DECIDE_VERSION
+    m.attr("__version__") = DECIDE_VERSION;
+#endif
+    py::class_<decide::Bf16Linear>(m, "Bf16Linear")
+        .def(py::init(&make_linear), py::arg("weight"), py::arg("bias") = py::none(), py::arg("packed") = true,
+             "weight float32 [out, in] (and bias [out]) stored once as bfloat16; packed: in oneDNN's preferred "
+             "layout, else as plain rows that rows() reads")
+        .def("rows", &rows, py::arg("ids"), "rows ids of an unpacked weight as float32 [..., in]")
+        .def("__call__", &forward, py::arg("x"), "x float32 [..., in] -> float32 [..., out]: x Wᵀ + b")
+        .def_readonly("out_features", &decide::Bf16Linear::out_features)
+        .def_readonly("in_features", &decide::Bf16Linear::in_features)
+        .def_property_readonly("weight_bytes", &decide::Bf16Linear::weight_bytes);
+    m.def("to_bf16", &to_bf16, py::arg("x"), "float32 -> bfloat16 bits (uint16), rounded to nearest even");
+    m.def("from_bf16", &from_bf16, py::arg("x"), "bfloat16 bits (uint16) -> float32, exact");
+}
