@@ -17,6 +17,7 @@ import sys
 from typing import Any, TextIO
 
 from . import __version__
+from .batch.cli import add_parser as add_batch_parser
 from .errors import DecideError
 
 BAR_WIDTH = 30
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the System One response body")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
     run.set_defaults(func=cmd_run)
+    add_batch_parser(sub)
     return parser
 
 
