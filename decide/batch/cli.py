@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from .output import Output, OutputError
 from .questions import QuestionSet
-from .runners import Answered, Client, ServerGaveUp, in_process, over_http
+from .runners import Answered, Client, ServerError, in_process, over_http
 from .table import InputError, read_rows, select
 
 LOCAL_RAY = "local"
@@ -46,6 +46,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--batch-size", type=int, default=16, help="rows per engine call (default 16)")
     p.add_argument("--api-key", default=os.environ.get("DECIDE_API_KEY"), help="server key (default $DECIDE_API_KEY)")
+    p.add_argument("--retries", type=int, default=8, help="retries of a request on 429/503/5xx (default 8)")
     p.add_argument("--limit", type=int, default=None, help="answer at most the first N selected rows")
     p.add_argument("--sample", type=int, default=None, help="answer a random sample of N rows (see --seed)")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
@@ -56,10 +57,10 @@ def add_parser(sub) -> None:
 def cmd_batch(args: argparse.Namespace) -> int:
     from ..cli import CLIError
 
-    for flag in ("concurrency", "batch_size", "limit", "sample"):
+    for flag, least in (("concurrency", 1), ("batch_size", 1), ("limit", 0), ("sample", 0), ("retries", 0)):
         value = getattr(args, flag)
-        if value is not None and value < (0 if flag in ("limit", "sample") else 1):
-            raise CLIError(f"--{flag.replace('_', '-')} must be {'>= 0' if flag in ('limit', 'sample') else '>= 1'}")
+        if value is not None and value < least:
+            raise CLIError(f"--{flag.replace('_', '-')} must be at least {least}")
     try:
         questions = QuestionSet.load(args.questions)
         rows = read_rows(args.input, args.text_field)
@@ -74,8 +75,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         written, errors = _write(output, _answers(args, questions, todo), len(todo), args.quiet)
-    except ServerGaveUp as e:
-        raise CLIError(f"{e}; rerun the same command to resume") from None
+    except ServerError as e:
+        raise CLIError(f"{e}; fix it, then rerun the same command to resume") from None
     finally:
         output.journal.close()
     output.finish()
@@ -91,7 +92,7 @@ def _answers(args: argparse.Namespace, questions: QuestionSet, todo: dict) -> It
     if not todo:
         return iter(())
     if args.server:
-        client = Client(args.server, questions, args.api_key)
+        client = Client(args.server, questions, args.api_key, args.retries)
         return over_http(client, todo, args.concurrency or 4)
     if args.ray:
         from ..ray import on_ray

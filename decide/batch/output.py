@@ -130,9 +130,10 @@ class Output:
             self._assemble()
 
     def _assemble(self) -> None:
+        pq = import_parquet()
         import pyarrow as pa
 
-        pq = import_parquet()
+        error_type = pa.struct([("type", pa.string()), ("message", pa.string()), ("status", pa.int64())])
         records = sorted(self.journal.records(), key=lambda r: r["row"])
         index = [r["row"] for r in records]
         if self.rows.table is not None:
@@ -141,7 +142,8 @@ class Output:
             table = pa.Table.from_pylist([self._passthrough(i) for i in index])
         table = table.append_column("row", pa.array(index, pa.int64()))
         for name in ANSWER_FIELDS:
-            table = table.append_column(name, pa.array([r[name] for r in records]))
+            kind = error_type if name == "error" else None  # typed even when no row failed
+            table = table.append_column(name, pa.array([r[name] for r in records], kind))
         partial = self.path.with_name(self.path.name + ".partial")
         pq.write_table(table, partial)
         with partial.open("rb") as f:

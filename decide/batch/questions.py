@@ -101,9 +101,8 @@ class QuestionSet:
             raise BadRow("validation_error", str(e)) from None
         except systemone.UsageError as e:
             raise BadRow("api_usage_error", e.message) from None
-        except InvalidRequest as e:
-            where = openai.bracket_path(e.path)
-            raise BadRow(e.code, f"{where}: {e.message}" if where else e.message) from None
+        except InvalidRequest as e:  # OpenAI's messages name the offending parameter themselves
+            raise BadRow(e.code, e.message) from None
 
     def render(self, decision: Decision, parsed) -> dict:
         """The answer record: the protocol's response `answers` and `usage`."""

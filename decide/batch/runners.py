@@ -20,6 +20,7 @@ from .questions import BadRow, QuestionSet, error_record
 
 Answered = list[tuple[int, dict]]
 RETRY_STATUSES = {408, 409, 429, 500, 502, 503, 504}
+ROW_STATUSES = {400, 413, 422}  # this row's fault: an error record; any other status stops the run
 
 
 def answer_texts(decider, questions: QuestionSet, texts: Sequence) -> list[dict]:
@@ -45,8 +46,8 @@ def in_process(decider, questions: QuestionSet, texts: dict[int, object], batch_
         yield list(zip(chunk, answer_texts(decider, questions, [texts[r] for r in chunk])))
 
 
-class ServerGaveUp(Exception):
-    """The server kept failing (unreachable, overloaded, 5xx) past the retries; rerun to resume."""
+class ServerError(Exception):
+    """The server refuses every row (a wrong key, URL or model) or kept failing past the retries."""
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,13 @@ class Client:
             status, payload, wait = self._post(data, attempt)
             if status == 200:
                 return {"answers": payload["answers"], "usage": payload["usage"], "error": None}
-            if status is not None and status not in RETRY_STATUSES:
+            if status in ROW_STATUSES:
                 return {"answers": None, "usage": None, "error": _http_error(status, payload)}
+            if status is not None and status not in RETRY_STATUSES:
+                raise ServerError(f"{self.url} refused the request ({_describe(status, payload)})")
             if attempt < self.retries:
                 time.sleep(wait)
-        raise ServerGaveUp(f"{self.url} still fails after {self.retries} retries ({_describe(status, payload)})")
+        raise ServerError(f"{self.url} still fails after {self.retries} retries ({_describe(status, payload)})")
 
     def _post(self, data: bytes, attempt: int) -> tuple[int | None, object, float]:
         """(status or None when unreachable, body, seconds to wait before a retry)."""
@@ -111,7 +114,9 @@ def _json_or_text(raw: bytes) -> object:
 
 
 def _http_error(status: int, payload: object) -> dict:
-    return {"type": f"http_{status}", "message": _describe(status, payload)}
+    error = payload.get("error") if isinstance(payload, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return {"type": code or f"http_{status}", "message": _describe(status, payload), "status": status}
 
 
 def _describe(status: int | None, payload: object) -> str:
