@@ -81,10 +81,8 @@ def on_ray(
     batch_size: int,
 ) -> Iterator[Answered]:
     """`decide batch --ray`: the rows through `DecideBatch` actors, answers streamed back in input order."""
-    try:
-        import ray
-    except ImportError:
-        raise ImportError("--ray needs Ray: pip install 'mlx-decide[ray]'") from None
+    import ray
+
     if not ray.is_initialized():
         local = {"include_dashboard": False} if address is None else {}
         ray.init(address=address, log_to_driver=False, **local)
@@ -99,10 +97,15 @@ def on_ray(
         batch_size=batch_size,
         batch_format="pyarrow",
     )
+    return _stream(answered)
+
+
+def _stream(answered) -> Iterator[Answered]:
     for batch in answered.iter_batches(batch_format="pyarrow", batch_size=None):
         rows = batch.column("row").to_pylist()
         fields = {name: batch.column(name).to_pylist() for name in ANSWER_FIELDS}
-        yield [
-            (row, {name: None if fields[name][i] is None else json.loads(fields[name][i]) for name in ANSWER_FIELDS})
-            for i, row in enumerate(rows)
-        ]
+        yield [(row, {name: _parsed(fields[name][i]) for name in ANSWER_FIELDS}) for i, row in enumerate(rows)]
+
+
+def _parsed(text: str | None) -> Any:
+    return None if text is None else json.loads(text)

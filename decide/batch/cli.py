@@ -11,6 +11,7 @@ Rerun the same command after a crash or Ctrl-C: rows already in OUTPUT are skipp
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -72,9 +73,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     skipped = len(chosen) - len(todo)
     if skipped and not args.quiet:
         print(f"decide batch: {skipped} of {len(chosen)} rows already in {args.output}; resuming", file=sys.stderr)
-    started = time.monotonic()
     try:
-        written, errors = _write(output, _answers(args, questions, todo), len(todo), args.quiet)
+        answers = _answers(args, questions, todo)  # loads the model first: not counted in rows/s
+        started = time.monotonic()
+        written, errors = _write(output, answers, len(todo), args.quiet)
     except ServerError as e:
         raise CLIError(f"{e}; fix it, then rerun the same command to resume") from None
     finally:
@@ -95,7 +97,11 @@ def _answers(args: argparse.Namespace, questions: QuestionSet, todo: dict) -> It
         client = Client(args.server, questions, args.api_key, args.retries)
         return over_http(client, todo, args.concurrency or 4)
     if args.ray:
+        from ..cli import CLIError
         from ..ray import on_ray
+
+        if importlib.util.find_spec("ray") is None:
+            raise CLIError("--ray needs Ray Data: pip install 'mlx-decide[ray]'")
 
         address = None if args.ray == LOCAL_RAY else args.ray
         return on_ray(address, args.model, questions, todo, args.concurrency or 2, args.batch_size)
