@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -331,3 +332,74 @@ def test_an_unreachable_server_stops_the_run_with_what_to_do(env, tmp_path):
     assert result.returncode == 2
     assert "still fails after 1 retries (unreachable" in result.stderr and "rerun the same command" in result.stderr
     assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_the_progress_bar_shows_rows_per_second_and_eta_on_a_terminal(env, model, tmp_path):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    source = write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts(8)])
+    questions = write_json(tmp_path / "q.json", SYSTEMONE)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a 100-column terminal
+    args = [SCRIPT, "batch", source, "-q", questions, "-o", tmp_path / "out.jsonl", "-m", model, "--batch-size", "2"]
+    proc = subprocess.Popen(list(map(str, args)), env=env, stdout=subprocess.DEVNULL, stderr=follower)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed: the run is over
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0, shown.decode(errors="replace")
+    text = shown.decode(errors="replace")
+    assert "8/8" in text and "row/s" in text and re.search(r"<\d\d:\d\d", text), text  # rate and ETA
+
+
+def test_the_client_retries_429_and_503_after_the_servers_retry_after(monkeypatch):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from decide.batch.questions import QuestionSet
+    from decide.batch.runners import Client
+
+    replies = [(429, {"Retry-After": "2", "retry-after-ms": "1500"}), (503, {"Retry-After": "3"}), (500, {}), (200, {})]
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.append((self.path, json.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            status, headers = replies[len(seen) - 1]
+            body = {"answers": {"refund": {"type": "noul", "noul": 0.5}}, "usage": {"input_tokens": 3}}
+            data = json.dumps(body if status == 200 else {"detail": {"message": "busy"}}).encode()
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    waits = []
+    monkeypatch.setattr("decide.batch.runners.time.sleep", waits.append)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        questions = QuestionSet.from_json({"refund": SYSTEMONE["refund"]})
+        client = Client(f"http://127.0.0.1:{server.server_port}", questions, backoff=0.25)
+        record = client.answer("Refund me.")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert record == {"answers": {"refund": {"type": "noul", "noul": 0.5}}, "usage": {"input_tokens": 3}, "error": None}
+    assert waits == [1.5, 3.0, 1.0]  # retry-after-ms, then Retry-After, then backoff 0.25 * 2**2
+    assert [path for path, _ in seen] == ["/v1/systemone"] * 4
+    assert seen[0][1] == {"questions": {"refund": SYSTEMONE["refund"]}, "model": "jev-latest", "state": "Refund me."}
