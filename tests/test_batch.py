@@ -402,3 +402,8 @@ def test_the_client_retries_429_and_503_after_the_servers_retry_after(monkeypatc
     assert waits == [1.5, 3.0, 1.0]  # retry-after-ms, then Retry-After, then backoff 0.25 * 2**2
     assert [path for path, _ in seen] == ["/v1/systemone"] * 4
     assert seen[0][1] == {"questions": {"refund": SYSTEMONE["refund"]}, "model": "jev-latest", "state": "Refund me."}
+
+
+def test_numbers_out_of_range_are_refused(env, tmp_path):
+    result = batch(env, "in.jsonl", "-q", "q.json", "-o", "out.jsonl", "--concurrency", "0")
+    assert result.returncode == 2 and "--concurrency must be at least 1" in result.stderr

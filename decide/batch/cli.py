@@ -58,10 +58,7 @@ def add_parser(sub) -> None:
 def cmd_batch(args: argparse.Namespace) -> int:
     from ..cli import CLIError
 
-    for flag, least in (("concurrency", 1), ("batch_size", 1), ("limit", 0), ("sample", 0), ("retries", 0)):
-        value = getattr(args, flag)
-        if value is not None and value < least:
-            raise CLIError(f"--{flag.replace('_', '-')} must be at least {least}")
+    _check_numbers(args)
     try:
         questions = QuestionSet.load(args.questions)
         rows = read_rows(args.input, args.text_field)
@@ -70,24 +67,29 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
     chosen = select(len(rows.records), args.limit, args.sample, args.seed)
     todo = {r: rows.records[r].get(args.text_field) for r in chosen if r not in output.done}
-    skipped = len(chosen) - len(todo)
-    if skipped and not args.quiet:
-        print(f"decide batch: {skipped} of {len(chosen)} rows already in {args.output}; resuming", file=sys.stderr)
+    say = (lambda message: None) if args.quiet else (lambda message: print(f"decide batch: {message}", file=sys.stderr))
+    if len(todo) < len(chosen):
+        say(f"{len(chosen) - len(todo)} of {len(chosen)} rows already in {args.output}; resuming")
     try:
         answers = _answers(args, questions, todo)  # loads the model first: not counted in rows/s
         started = time.monotonic()
         written, errors = _write(output, answers, len(todo), args.quiet)
     except ServerError as e:
         raise CLIError(f"{e}; fix it, then rerun the same command to resume") from None
-    finally:
-        output.journal.close()
     output.finish()
-    if not args.quiet:
-        seconds = time.monotonic() - started
-        rate = f", {written / seconds:.1f} rows/s" if written and seconds > 0 else ""
-        print(f"decide batch: {written} rows answered ({errors} errors) in {seconds:.1f} s{rate} -> {args.output}",
-              file=sys.stderr)  # fmt: skip
+    seconds = time.monotonic() - started
+    rate = f", {written / seconds:.1f} rows/s" if written and seconds > 0 else ""
+    say(f"{written} rows answered ({errors} errors) in {seconds:.1f} s{rate} -> {args.output}")
     return 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    from ..cli import CLIError
+
+    for flag, least in (("concurrency", 1), ("batch_size", 1), ("limit", 0), ("sample", 0), ("retries", 0)):
+        value = getattr(args, flag)
+        if value is not None and value < least:
+            raise CLIError(f"--{flag.replace('_', '-')} must be at least {least}")
 
 
 def _answers(args: argparse.Namespace, questions: QuestionSet, todo: dict) -> Iterator[Answered]:
@@ -102,7 +104,6 @@ def _answers(args: argparse.Namespace, questions: QuestionSet, todo: dict) -> It
 
         if importlib.util.find_spec("ray") is None:
             raise CLIError("--ray needs Ray Data: pip install 'mlx-decide[ray]'")
-
         address = None if args.ray == LOCAL_RAY else args.ray
         return on_ray(address, args.model, questions, todo, args.concurrency or 2, args.batch_size)
     from ..core import Decider
