@@ -1,6 +1,6 @@
 """`decide batch` throughput on smollm2-135m, every number from one run (the machine is shared: read ratios).
 
-    python -m bench.batch [--rows 2000] [--ray-rows 400]
+    python -m bench.batch [--rows 2000] [--rounds 4] [--ray-rows 400]
 
 1. in process: `decide batch -m smollm2-135m` (rows share each engine call's trie and prefix cache);
 2. one HTTP request per row: `decide batch --server` against `gunicorn wsgi:app` serving the same
@@ -9,7 +9,9 @@
 3. kill -9 in the middle of an in-process run, then the same command again: each row exactly once;
 4. Ray Data: `DecideBatch` with 1 and with 2 actors on a local Ray (2 CPUs), actor start included.
 
-rows/s are those `decide batch` prints (model loading excluded); wall seconds include it.
+The rows are split into `--rounds` slices and the three modes of 1-2 take turns on each slice, so
+a change in the load of a shared machine falls on all of them alike. A mode's rows/s is its rows
+over the seconds `decide batch` reports (model loading excluded).
 """
 
 from __future__ import annotations
@@ -63,17 +65,13 @@ def tickets(n: int) -> list[str]:
     ]
 
 
-def run(*args, env: dict | None = None) -> tuple[float, float]:
-    """(rows/s printed by decide batch, wall seconds)."""
-    started = time.monotonic()
-    result = subprocess.run(
-        [str(SCRIPT), "batch", *map(str, args)], capture_output=True, text=True, env=env, check=False
-    )
-    wall = time.monotonic() - started
+def run(*args) -> float:
+    """Seconds `decide batch` spent answering (it prints them; model loading excluded)."""
+    result = subprocess.run([str(SCRIPT), "batch", *map(str, args)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     match = SUMMARY.search(result.stderr)
     assert match and match[2] == "0", result.stderr
-    return float(match[4]), wall
+    return float(match[3])
 
 
 def answers(path: Path) -> list[dict]:
@@ -135,9 +133,43 @@ def ray_rates(texts: list[str], actors_list: list[int]) -> dict[int, tuple[float
     return out
 
 
+def compare_modes(work: Path, source: Path, questions: Path, opts: argparse.Namespace) -> list:
+    """In process vs one HTTP request per row, taking turns on each slice; returns the in-process answers."""
+    modes = {"in process": ["-m", MODEL, "--batch-size", opts.batch_size]}
+    seconds = dict.fromkeys([*modes, "HTTP, 1 in flight", "HTTP, 4 in flight"], 0.0)
+    got: dict[str, list] = {mode: [] for mode in seconds}
+    size = -(-opts.rows // opts.rounds)
+    with ServerProcess.start(env={"DECIDE_MODEL": MODEL, "DECIDE_API_KEY": ""}) as server:
+        for c in (1, 4):
+            modes[f"HTTP, {c} in flight"] = ["--server", server.url, "--concurrency", c]
+        for k in range(opts.rounds):
+            part = work / f"tickets-{k}.jsonl"
+            part.write_text("".join(source.read_text().splitlines(keepends=True)[k * size : (k + 1) * size]))
+            for mode, args in modes.items():
+                out = work / f"{mode.replace(' ', '-').replace(',', '')}-{k}.jsonl"
+                seconds[mode] += run(part, "-q", questions, "-o", out, *args)
+                got[mode] += answers(out)
+            print(
+                f"round {k + 1}/{opts.rounds}: " + ", ".join(f"{m} {s:.0f} s" for m, s in seconds.items()), flush=True
+            )
+    want = got["in process"]
+    rate = {mode: len(want) / s for mode, s in seconds.items()}
+    for mode in seconds:
+        diff = max_difference(got[mode], want)
+        assert diff < 1e-4, f"{mode}: answers differ from in process by {diff}"
+        print(
+            f"{mode:>20}: {rate[mode]:6.2f} rows/s  ({seconds[mode]:.0f} s); "
+            f"in process / this = {rate['in process'] / rate[mode]:.2f}x; answers within {diff:.1e}",
+            flush=True,
+        )
+
+    return want
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--ray-rows", type=int, default=400)
     parser.add_argument("--batch-size", type=int, default=16)
     opts = parser.parse_args()
@@ -148,24 +180,7 @@ def main() -> None:
     questions.write_text(json.dumps(QUESTIONS))
     print(f"{opts.rows} rows x {len(QUESTIONS)} questions, {MODEL}; files in {work}", flush=True)
 
-    local = work / "local.jsonl"
-    rate_local, wall = run(source, "-q", questions, "-o", local, "-m", MODEL, "--batch-size", opts.batch_size)
-    want = answers(local)
-    print(f"in process (batch {opts.batch_size}):  {rate_local:6.2f} rows/s  ({wall:.0f} s wall)", flush=True)
-
-    with ServerProcess.start(env={"DECIDE_MODEL": MODEL, "DECIDE_API_KEY": ""}) as server:
-        for concurrency in (1, 4):
-            remote = work / f"server-{concurrency}.jsonl"
-            rate, wall = run(
-                source, "-q", questions, "-o", remote, "--server", server.url, "--concurrency", concurrency
-            )
-            diff = max_difference(answers(remote), want)
-            assert diff < 1e-4, f"server answers differ from in-process by {diff}"
-            print(
-                f"HTTP, one request per row, {concurrency} in flight: {rate:6.2f} rows/s  ({wall:.0f} s wall); "
-                f"in process is {rate_local / rate:.2f}x; answers within {diff:.1e}",
-                flush=True,
-            )
+    want = compare_modes(work, source, questions, opts)
 
     resumed = work / "resumed.jsonl"
     kept = kill_and_resume(source, questions, resumed, opts.rows)
@@ -174,9 +189,9 @@ def main() -> None:
 
     texts = tickets(opts.ray_rows)
     rates = ray_rates(texts, [1, 2])
-    for actors, (rate, seconds) in rates.items():
+    for actors, (per_second, spent) in rates.items():
         print(
-            f"Ray Data, {actors} actor(s), {len(texts)} rows: {rate:6.2f} rows/s ({seconds:.0f} s, actor start included)"
+            f"Ray Data, {actors} actor(s), {len(texts)} rows: {per_second:6.2f} rows/s ({spent:.0f} s, actors' start included)"
         )
     print(f"Ray 2 actors / 1 actor: {rates[2][0] / rates[1][0]:.2f}x")
 
