@@ -14,6 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from server_process import ServerProcess
 from tiny_model import write_tiny_gguf
 
@@ -407,3 +409,45 @@ def test_the_client_retries_429_and_503_after_the_servers_retry_after(monkeypatc
 def test_numbers_out_of_range_are_refused(env, tmp_path):
     result = batch(env, "in.jsonl", "-q", "q.json", "-o", "out.jsonl", "--concurrency", "0")
     assert result.returncode == 2 and "--concurrency must be at least 1" in result.stderr
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.integers(0, 10**6), unique=True, max_size=12), cut=st.integers(0, 10**4), data=st.data())
+def test_a_journal_cut_anywhere_recovers_exactly_its_complete_lines(tmp_path_factory, rows, cut, data):
+    path = tmp_path_factory.mktemp("journal") / "out.jsonl"
+    lines = [json.dumps({"row": r, "note": data.draw(st.text(max_size=8))}).encode() + b"\n" for r in rows]
+    blob = b"".join(lines)
+    path.write_bytes(blob[: cut % (len(blob) + 1)])
+    kept = path.read_bytes().count(b"\n")
+    journal = Journal(path)
+    assert journal.done == set(rows[:kept])
+    assert path.read_bytes() == b"".join(lines[:kept])
+    journal.append([{"row": -1}])
+    journal.close()
+    assert Journal(path).done == {*rows[:kept], -1}
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    picked=st.lists(st.sampled_from([*texts(9), "", "  ", None, 7, TOO_LONG]), min_size=1, max_size=7),
+    batch_size=st.integers(1, 4),
+)
+def test_rows_batched_together_answer_as_each_row_alone(decider, picked, batch_size):
+    from decide.batch.questions import QuestionSet
+    from decide.batch.runners import in_process
+
+    questions = QuestionSet.from_json(SYSTEMONE)
+    answered = [
+        record for chunk in in_process(decider, questions, dict(enumerate(picked)), batch_size) for record in chunk
+    ]
+    assert [row for row, _ in answered] == list(range(len(picked)))
+    for (_, record), text in zip(answered, picked):
+        if isinstance(text, str) and text.strip() and text != TOO_LONG:
+            want = decider.decide_systemone({"model": "jev-latest", "state": text, "questions": SYSTEMONE})
+            assert record["error"] is None
+            assert_close(record["answers"], want["answers"])
+            assert record["usage"] == want["usage"]
+        else:
+            assert record["answers"] is None and record["error"]["type"] in (
+                "empty_text", "invalid_text", "context_length_exceeded"
+            )  # fmt: skip
