@@ -155,6 +155,16 @@ def test_csv_in_parquet_out_keeps_columns_and_order(env, model, tmp_path):
     assert not list(tmp_path.glob("out.parquet.*")), "the journal is removed once the Parquet file is assembled"
 
 
+def test_jsonl_rows_with_different_columns_make_one_parquet_table(env, model, tmp_path):
+    rows = [{"text": "Refund me."}, {"text": "Crash!", "tag": "bug"}, {"text": "Hi", "n": 3}]
+    source = write_jsonl(tmp_path / "in.jsonl", rows)
+    questions = write_json(tmp_path / "q.json", SYSTEMONE)
+    out = tmp_path / "out.parquet"
+    assert batch(env, source, "-q", questions, "-o", out, "-m", model, "--quiet").returncode == 0
+    got = pq.read_table(out).to_pylist()
+    assert [(r["tag"], r["n"]) for r in got] == [(None, None), ("bug", None), (None, 3)]
+
+
 def test_parquet_in_keeps_column_types_and_a_rerun_adds_rows(env, model, tmp_path):
     table = pa.table(
         {"text": texts(8), "n": pa.array(range(8), pa.int16()), "at": pa.array(range(8), pa.timestamp("ms"))}

@@ -139,7 +139,8 @@ class Output:
         if self.rows.table is not None:
             table = self.rows.table.drop_columns([self.text_field]).take(index)
         else:
-            table = pa.Table.from_pylist([self._passthrough(i) for i in index])
+            columns = [c for c in self.rows.columns if c != self.text_field]  # JSONL rows may lack some
+            table = pa.table({c: [self.rows.records[i].get(c) for i in index] for c in columns})
         table = table.append_column("row", pa.array(index, pa.int64()))
         for name in ANSWER_FIELDS:
             kind = error_type if name == "error" else None  # typed even when no row failed
