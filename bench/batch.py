@@ -121,7 +121,7 @@ def ray_rates(texts: list[str], actors_list: list[int]) -> dict[int, tuple[float
             done = ds.map_batches(
                 DecideBatch,
                 fn_constructor_kwargs={"questions": QUESTIONS, "model": MODEL},
-                concurrency=actors,
+                compute=ray.data.ActorPoolStrategy(size=actors),
                 batch_size=16,
                 batch_format="pyarrow",
             ).materialize()

@@ -7,7 +7,8 @@
     answered = ds.map_batches(
         DecideBatch,
         fn_constructor_kwargs={"model": "smollm2-135m", "questions": json.load(open("questions.json"))},
-        concurrency=4,            # actors; each loads its own copy of the model
+        compute=ray.data.ActorPoolStrategy(size=4),   # 4 actors, each with its own copy of the model
+                                                      # (Ray before 2.51: concurrency=4)
         batch_size=16,
         batch_format="pandas",    # or "pyarrow"
     )
@@ -93,7 +94,7 @@ def on_ray(
     answered = ds.map_batches(
         DecideBatch,
         fn_constructor_kwargs={"questions": questions, "model": model},
-        concurrency=actors,
+        compute=ray.data.ActorPoolStrategy(size=actors),
         batch_size=batch_size,
         batch_format="pyarrow",
     )

@@ -42,12 +42,14 @@ def expected(model, tmp_path_factory) -> list[dict]:
 
 @pytest.mark.parametrize(("batch_format", "n"), [("pandas", ROWS), ("pyarrow", 40)])
 def test_map_batches_answers_equal_the_in_process_run(local_ray, model, expected, batch_format, n):
+    # `concurrency=2` is what Ray before 2.51 takes (and still accepts, with a logged deprecation)
+    pool = {"compute": ray.data.ActorPoolStrategy(size=2)} if batch_format == "pyarrow" else {"concurrency": 2}
     ds = ray.data.from_items([{"text": t, "k": i} for i, t in enumerate(texts(n))])
     answered = ds.map_batches(
         DecideBatch,
         fn_constructor_kwargs={"questions": {"questions": SYSTEMONE}, "model": str(model)},
-        concurrency=2,
         batch_size=16,
+        **pool,
         batch_format=batch_format,
     )
     rows = sorted(answered.take_all(), key=lambda r: r["k"])
