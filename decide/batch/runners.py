@@ -14,16 +14,20 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import DecideError
 from .questions import BadRow, QuestionSet, error_record
+
+if TYPE_CHECKING:
+    from ..core import Decider
 
 Answered = list[tuple[int, dict]]
 RETRY_STATUSES = {408, 409, 429, 500, 502, 503, 504}
 ROW_STATUSES = {400, 413, 422}  # this row's fault: an error record; any other status stops the run
 
 
-def answer_texts(decider, questions: QuestionSet, texts: Sequence) -> list[dict]:
+def answer_texts(decider: Decider, questions: QuestionSet, texts: Sequence) -> list[dict]:
     """One record per text; the good rows share one `decide_batch` call (one trie, one prefix cache)."""
     records: list[dict | None] = [None] * len(texts)
     parsed = {}
@@ -39,7 +43,9 @@ def answer_texts(decider, questions: QuestionSet, texts: Sequence) -> list[dict]
     return records
 
 
-def in_process(decider, questions: QuestionSet, texts: dict[int, object], batch_size: int) -> Iterator[Answered]:
+def in_process(
+    decider: Decider, questions: QuestionSet, texts: dict[int, object], batch_size: int
+) -> Iterator[Answered]:
     rows = list(texts)
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
