@@ -461,3 +461,26 @@ def test_rows_batched_together_answer_as_each_row_alone(decider, picked, batch_s
             assert record["answers"] is None and record["error"]["type"] in (
                 "empty_text", "invalid_text", "context_length_exceeded"
             )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("package", "args", "message"),
+    [
+        ("pyarrow", ["-o", "out.parquet"], "Parquet needs pyarrow: pip install 'mlx-decide[batch]'"),
+        ("ray", ["-o", "out.jsonl", "--ray"], "--ray needs Ray Data: pip install 'mlx-decide[ray]'"),
+    ],
+)
+def test_a_missing_optional_dependency_says_what_to_install(env, tmp_path, package, args, message):
+    shadow = tmp_path / "shadow" / package  # an installed-but-broken stand-in: `import` fails as if absent
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
+    paths = [str(shadow.parent), env.get("PYTHONPATH", "")]
+    source = write_jsonl(tmp_path / "in.jsonl", [{"text": "hello"}])
+    questions = write_json(tmp_path / "q.json", SYSTEMONE)
+    shadowed = {**env, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    result = subprocess.run(
+        [str(SCRIPT), "batch", str(source), "-q", str(questions), *args, "-m", "no-such-model"],
+        env=shadowed, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr

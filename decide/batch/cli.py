@@ -11,7 +11,6 @@ Rerun the same command after a crash or Ctrl-C: rows already in OUTPUT are skipp
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
@@ -102,8 +101,10 @@ def _answers(args: argparse.Namespace, questions: QuestionSet, todo: dict) -> It
         from ..cli import CLIError
         from ..ray import on_ray
 
-        if importlib.util.find_spec("ray") is None:
-            raise CLIError("--ray needs Ray Data: pip install 'mlx-decide[ray]'")
+        try:
+            import ray.data  # noqa: F401
+        except ImportError:
+            raise CLIError("--ray needs Ray Data: pip install 'mlx-decide[ray]'") from None
         address = None if args.ray == LOCAL_RAY else args.ray
         return on_ray(address, args.model, questions, todo, args.concurrency or 2, args.batch_size)
     from ..core import Decider
