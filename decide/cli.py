@@ -17,6 +17,7 @@ import sys
 from typing import Any, TextIO
 
 from . import __version__
+from .batch.cli import add_parser as add_batch_parser
 from .errors import DecideError
 
 BAR_WIDTH = 30
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_serve.register(sub)
     cli_models.register(sub)
+    add_batch_parser(sub)
     return parser
 
 
