@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from . import __version__
 from .errors import DecideError
+from .quality import cli as quality_cli
 
 BAR_WIDTH = 30
 EXAMPLES = {
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the System One response body")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
     run.set_defaults(func=cmd_run)
+    quality_cli.register(sub)
     return parser
 
 
