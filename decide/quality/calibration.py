@@ -41,22 +41,26 @@ def prior_requests(question: Question, method: str) -> list[DecisionRequest]:
     return [DecisionRequest.of(text, (question,)) for text in CONTENT_FREE[method]]
 
 
+def log_softmax(log_likelihoods: Sequence[float]) -> np.ndarray:
+    x = np.asarray(log_likelihoods, dtype=np.float64)
+    return x - np.logaddexp.reduce(x)
+
+
 def prior(log_likelihoods: Sequence[Sequence[float]]) -> np.ndarray:
-    """The mean answer distribution over the content-free inputs."""
-    return np.mean([softmax(lls) for lls in log_likelihoods], axis=0)
+    """The log of the mean answer distribution over the content-free inputs (in logs: no underflow)."""
+    logs = np.stack([log_softmax(lls) for lls in log_likelihoods])
+    return np.logaddexp.reduce(logs, axis=0) - np.log(len(logs))
 
 
-def calibrated(log_likelihoods: Sequence[float], answer_prior: np.ndarray | None) -> np.ndarray:
-    """softmax(lls) / prior, renormalized; the plain softmax without a prior."""
-    p = softmax(log_likelihoods)
-    if answer_prior is None:
-        return p
-    q = p / np.maximum(answer_prior, 1e-12)
-    return q / q.sum()
+def calibrated(log_likelihoods: Sequence[float], log_prior: np.ndarray | None) -> np.ndarray:
+    """softmax(lls) / prior, renormalized, i.e. softmax(lls − log prior); the plain softmax without a prior."""
+    if log_prior is None:
+        return softmax(log_likelihoods)
+    return softmax(np.asarray(log_likelihoods, dtype=np.float64) - log_prior)
 
 
 class PriorCache:
-    """Priors by (method, question), at most `size` of them; thread-safe."""
+    """Priors by (method, question), as logs, at most `size` of them; thread-safe."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
