@@ -6,8 +6,6 @@ import argparse
 import sys
 import time
 
-import numpy as np
-
 from .. import cli
 
 MODEL_HELP = "alias, model folder, .gguf path or HF id (default: $DECIDE_MODEL or qwen2.5-coder-1.5b)"
@@ -58,40 +56,41 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _split(examples: list, dev: str | None, fraction: float, seed: int) -> tuple[list, list]:
-    if dev:
-        return examples, _load(dev)
-    order = np.random.default_rng(seed).permutation(len(examples))
-    held = set(order[: round(len(examples) * fraction)].tolist())
-    return [e for i, e in enumerate(examples) if i not in held], [e for i, e in enumerate(examples) if i in held]
-
-
 def cmd_fit(args: argparse.Namespace) -> int:
     from .calibration import DEFAULT
     from .evaluate import report, score, tabulate
-    from .fit import fit_profile
+    from .fit import MIN_LABELS, cross_validated_probabilities, fit_profile
+    from .metrics import Scores
 
-    train, dev = _split(_load(args.data)[: args.limit], args.dev, args.dev_fraction, args.seed)
-    if not train or not dev:
-        raise cli.CLIError("need labelled examples for both training and dev; give more lines or --dev FILE")
+    examples = _load(args.data)[: args.limit]
     decider = _decider(args)
     start = time.perf_counter()
-    train_groups = score(decider, train, progress=not args.quiet)
+    groups = score(decider, examples, progress=not args.quiet)
     scored_s = time.perf_counter() - start
-    profile = fit_profile(decider, train_groups)
+    profile = fit_profile(decider, groups)
     fit_s = time.perf_counter() - start - scored_s
     if not profile.entries:
-        raise cli.CLIError("no question has enough labels to fit (at least 8 each)")
+        raise cli.CLIError(f"no question has enough labels to fit (at least {MIN_LABELS} each)")
     profile.save(args.output)
     print(
-        f"fitted {len(profile.entries)} question(s) on {len(train)} examples: scoring {scored_s:.0f} s, fit {fit_s:.1f} s"
+        f"fitted {len(profile.entries)} question(s) on {len(examples)} examples: scoring {scored_s:.0f} s, fit {fit_s:.1f} s"
     )
     for e in profile.entries.values():
         print(f"  {e.method:<8} {e.instructions}")
     print(f"profile: {args.output} (model {decider.model_id})")
-    dev_groups = [g for g in score(decider, dev, progress=not args.quiet) if profile.entry(g.question)]
-    print(f"\ndev: {len(dev)} examples")
-    report(tabulate(decider, dev_groups, list(dict.fromkeys(["none", DEFAULT, "profile"])), profile), dev_groups)
+    fitted = [g for g in groups if profile.entry(g.question)]
+    if args.dev:
+        dev = _load(args.dev)
+        dev_groups = [g for g in score(decider, dev, progress=not args.quiet) if profile.entry(g.question)]
+        print(f"\ndev: {args.dev}, {len(dev)} examples")
+        report(tabulate(decider, dev_groups, list(dict.fromkeys(["none", DEFAULT, "profile"])), profile), dev_groups)
+        return 0
+    table = tabulate(decider, fitted, list(dict.fromkeys(["none", DEFAULT])))
+    for g in fitted:
+        p = cross_validated_probabilities(g, args.cv)
+        table[g.name][f"fitted ({args.cv}-fold)"] = (Scores.of(p, g.y), p)
+    print(f"\nbefore / after, {args.cv}-fold cross-validated on the same labels (each fold fitted on the others):")
+    report(table, fitted)
     return 0
 
 
@@ -111,9 +110,8 @@ def register(sub) -> None:
     fit.add_argument("data", help="labelled JSONL (the format of `decide eval`)")
     fit.add_argument("-o", "--output", required=True, metavar="PROFILE_DIR", help="where the profile is written")
     fit.add_argument("-m", "--model", default=None, help=MODEL_HELP)
-    fit.add_argument("--dev", default=None, metavar="DEV.jsonl", help="dev examples (default: carve --dev-fraction)")
-    fit.add_argument("--dev-fraction", type=float, default=0.2, help="share of DATA held out as dev")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the dev carve")
+    fit.add_argument("--dev", default=None, metavar="DEV.jsonl", help="measure on these examples (default: --cv)")
+    fit.add_argument("--cv", type=int, default=4, help="folds of the cross-validated before/after (default 4)")
     fit.add_argument("--limit", type=int, default=None, help="only the first N examples of DATA")
     fit.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
     fit.set_defaults(func=cmd_fit)

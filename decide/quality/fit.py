@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .evaluate import Scored
-from .fitting import L2_GRID, Bias, Readout, cross_validated, model_log_probs
+from .fitting import L2_GRID, Bias, Readout, cross_validated, folds, model_log_probs
 from .profile import Entry, Profile, model_fingerprint, question_key
 
 MIN_LABELS = 8
@@ -47,3 +47,13 @@ def fit_profile(decider, groups: list[Scored]) -> Profile:
         if len(g.labels) >= MIN_LABELS and len(g.question.options) > 1:
             profile.entries[question_key(g.question)] = fit_question(g)
     return profile
+
+
+def cross_validated_probabilities(g: Scored, k: int) -> np.ndarray:
+    """p[n, options]: each example answered by the fit of the other folds (an honest dev estimate)."""
+    p = np.zeros((len(g.labels), len(g.question.options)))
+    for held in folds(len(g.labels), k, seed=1):
+        entry = fit_question(g.subset(np.setdiff1d(np.arange(len(g.labels)), held)))
+        for i in held:
+            p[i] = entry.probabilities(g.log_likelihoods[i], g.hidden[i])
+    return p
