@@ -23,6 +23,8 @@ REAL_MODEL_CACHE = default_cache_dir()
 def _temporary_model_cache(tmp_path_factory: pytest.TempPathFactory):
     patch = pytest.MonkeyPatch()
     patch.setenv("DECIDE_CACHE_DIR", str(tmp_path_factory.mktemp("decide-cache")))
+    # Engine tests compare raw scoring with the reference; calibration tests choose their method explicitly.
+    patch.setenv("DECIDE_CALIBRATION", "none")
     yield
     patch.undo()
 
