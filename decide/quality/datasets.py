@@ -1,6 +1,7 @@
 """The shared public sets (`LABEL text` a line) as labelled JSONL, with a chosen question wording.
 
     python -m decide.quality.datasets trec /work/shared/data/TREC.train.all --wording 0 --split dev -o trec-dev.jsonl
+    python -m decide.quality.datasets all /work/shared/data -o build/eval    # every task, wording and split
 
 The dev split is carved out of the given file: a seeded permutation, its first `--dev-size`
 examples are `dev`, the rest `train` (same seed, same carve). Wordings are generic questions a
@@ -68,6 +69,8 @@ WORDINGS: dict[str, list[dict]] = {
     ],
 }
 QUESTION_ID = {"trec": "answer_type", "sst2": "positive", "sst5": "sentiment"}
+SOURCES = {"trec": "TREC.train.all", "sst2": "stsa.binary.train", "sst5": "stsa.fine.train"}
+TRAIN_LIMIT = 1000
 
 
 def read_lines(path: Path) -> list[tuple[int, str]]:
@@ -102,26 +105,44 @@ def record(task: str, wording: int, label: int, text: str) -> dict:
     return {"state": text, "questions": {qid: question}, "labels": {qid: value}}
 
 
+def write_jsonl(rows: list, task: str, wording: int, output: Path | None) -> None:
+    lines = [json.dumps(record(task, wording, y, x), ensure_ascii=False) for y, x in rows]
+    text = "\n".join(lines) + "\n"
+    if output:
+        output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def write_all(data: Path, out: Path, dev_size: int, seed: int) -> None:
+    """Every task x wording x split: TASK-wW-dev.jsonl and TASK-wW-train.jsonl (the first TRAIN_LIMIT)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for task, source in SOURCES.items():
+        rows = read_lines(data / source)
+        for wording in range(len(WORDINGS[task])):
+            for split in ("dev", "train"):
+                picked = carve(rows, split, dev_size, seed)[: dev_size if split == "dev" else TRAIN_LIMIT]
+                write_jsonl(picked, task, wording, out / f"{task}-w{wording}-{split}.jsonl")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("task", choices=sorted(WORDINGS))
-    parser.add_argument("source", type=Path, help="a `LABEL text` file of /work/shared/data")
+    parser.add_argument("task", choices=[*sorted(WORDINGS), "all"])
+    parser.add_argument("source", type=Path, help="a `LABEL text` file of /work/shared/data (for all: the folder)")
     parser.add_argument("--wording", type=int, default=0, help="which question wording (0, 1, 2)")
     parser.add_argument("--split", choices=("dev", "train"), default="dev")
     parser.add_argument("--dev-size", type=int, default=200, help="examples carved out as dev")
     parser.add_argument("--limit", type=int, default=None, help="keep the first N of the split")
     parser.add_argument("--seed", type=int, default=12)
-    parser.add_argument("-o", "--output", type=Path, default=None, help="JSONL file (default: stdout)")
+    parser.add_argument("-o", "--output", type=Path, default=None, help="JSONL file (default: stdout); all: a folder")
     args = parser.parse_args(argv)
+    if args.task == "all":
+        write_all(args.source, args.output or Path("build/eval"), args.dev_size, args.seed)
+        return 0
     if not 0 <= args.wording < len(WORDINGS[args.task]):
         parser.error(f"--wording must be 0..{len(WORDINGS[args.task]) - 1} for {args.task}")
     rows = carve(read_lines(args.source), args.split, args.dev_size, args.seed)[: args.limit]
-    lines = [json.dumps(record(args.task, args.wording, y, x), ensure_ascii=False) for y, x in rows]
-    text = "\n".join(lines) + "\n"
-    if args.output:
-        args.output.write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+    write_jsonl(rows, args.task, args.wording, args.output)
     return 0
 
 
