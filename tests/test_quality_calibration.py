@@ -119,3 +119,15 @@ def test_the_hidden_state_is_the_last_prompt_tokens_final_hidden_state(deciders)
             ids = decider.loaded.tokenizer.encode(render_prompt(decider.loaded.tokenizer, (Text(text),), q))
             want = np.asarray(decider.parts.body(mx.array(ids, dtype=mx.int32)[None])[0, -1].astype(mx.float32))
             np.testing.assert_allclose(answer.hidden, want, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_calibration_divides_out_the_mean_distribution_of_the_set():
+    from decide.quality.evaluate import Scored, probabilities
+
+    rng = np.random.default_rng(0)
+    lls = [rng.normal(size=4) * 3 for _ in range(20)]
+    scored = Scored("q", QUESTIONS[2], [0] * 20, lls, [None] * 20)
+    softmaxes = [np.exp(x) / np.exp(x).sum() for x in lls]
+    mean = np.mean(softmaxes, axis=0)
+    want = [(p / mean) / (p / mean).sum() for p in softmaxes]
+    np.testing.assert_allclose(probabilities(scored, "batch", {}), want, atol=1e-12)

@@ -15,9 +15,11 @@ def _modes(text: str) -> list[str]:
     from .calibration import METHODS
 
     modes = [m.strip() for m in text.split(",") if m.strip()]
-    bad = [m for m in modes if m not in (*METHODS, "profile")]
+    bad = [m for m in modes if m not in (*METHODS, "batch", "profile")]
     if bad or not modes:
-        raise cli.CLIError(f"--compare takes a comma-separated list of {', '.join(METHODS)}, profile; got {text!r}")
+        raise cli.CLIError(
+            f"--compare takes a comma-separated list of {', '.join(METHODS)}, batch, profile; got {text!r}"
+        )
     return list(dict.fromkeys(modes))
 
 
@@ -100,7 +102,9 @@ def register(sub) -> None:
     ev.add_argument("data", help='labelled JSONL: {"state":..., "questions":{id: question}, "labels":{id: value}}')
     ev.add_argument("-m", "--model", default=None, help=MODEL_HELP)
     ev.add_argument("--calibration", default=None, help="the mode to measure (default: the server's default)")
-    ev.add_argument("--compare", default=None, metavar="A,B", help="modes side by side: none,contextual,pmi,profile")
+    ev.add_argument(
+        "--compare", default=None, metavar="A,B", help="modes side by side: none,contextual,pmi,batch,profile"
+    )
     ev.add_argument("--profile", default=None, metavar="DIR", help="a `decide fit` profile (adds the mode `profile`)")
     ev.add_argument("--plot", default=None, metavar="FILE.png", help="write a reliability diagram")
     ev.add_argument("--limit", type=int, default=None, help="only the first N examples")

@@ -85,8 +85,16 @@ def priors(decider, questions: Sequence[Question], methods: Sequence[str]) -> di
     }
 
 
+def batch_prior(scored: Scored) -> np.ndarray:
+    """Batch calibration (Zhou et al. 2023): the log of the mean answer distribution over the evaluated inputs."""
+    return calibration.prior(scored.log_likelihoods)
+
+
 def probabilities(scored: Scored, mode: str, found_priors: dict, profile=None) -> np.ndarray:
-    """p[n, k] of one mode: a calibration method, or "profile"."""
+    """p[n, k] of one mode: a calibration method, "batch" (eval only: it needs the whole set), or "profile"."""
+    if mode == "batch":
+        prior = batch_prior(scored)
+        return np.stack([calibration.calibrated(ll, prior) for ll in scored.log_likelihoods])
     if mode == "profile":
         entry = profile.entry(scored.question) if profile is not None else None
         if entry is None:
@@ -103,7 +111,7 @@ def evaluate(decider, examples: Sequence[Example], modes: Sequence[str], profile
 
 
 def tabulate(decider, groups: list[Scored], modes: Sequence[str], profile=None) -> dict:
-    found = priors(decider, [g.question for g in groups], [m for m in modes if m != "profile"])
+    found = priors(decider, [g.question for g in groups], [m for m in modes if m in calibration.METHODS])
     table = {}
     for g in groups:
         table[g.name] = {}
