@@ -76,20 +76,11 @@ class Decider:
         self.trie = self._trie_scorer()
         if self.options.scorer == "auto":
             self.options = replace(self.options, scorer="trie" if self.trie else "prompt_once")
-        self.calibrator = calibration.Calibrator(self._calibration(), self._profile())
+        self.options = _resolve_answers(self.options)
+        if isinstance(self.options.profile, Profile):
+            self.options.profile.check_model(self.loaded)
+        self.calibrator = calibration.Calibrator(self.options.calibration, self.options.profile)
         self._lock = threading.Lock()
-
-    def _calibration(self) -> str:
-        return self.options.calibration or os.environ.get("DECIDE_CALIBRATION") or calibration.DEFAULT
-
-    def _profile(self) -> Profile | None:
-        profile = self.options.profile or os.environ.get("DECIDE_PROFILE") or None
-        if profile is None:
-            return None
-        if not isinstance(profile, Profile):
-            profile = Profile.load(profile)
-        profile.check_model(self.loaded)
-        return profile
 
     def _trie_scorer(self) -> TrieScorer | None:
         if not tree_attention.install(self.parts.layers) or not tree_attention.self_test(self.parts, self.loaded.model):
@@ -128,6 +119,7 @@ class Decider:
         options = options or DeciderOptions()
         if profile is not None:
             options = replace(options, profile=profile)
+        options = _resolve_answers(options)  # a bad setting fails before the model loads
         return cls(load_model(model, **load_kwargs), options)
 
     @property
@@ -280,6 +272,17 @@ class Decider:
             computed_tokens=result.computed_tokens,
         )
         return Decision(model=self.model_id, answers=answers, usage=usage)
+
+
+def _resolve_answers(options: DeciderOptions) -> DeciderOptions:
+    """The calibration method (checked) and the profile (read) that options or the environment name."""
+    method = calibration.check_method(
+        options.calibration or os.environ.get("DECIDE_CALIBRATION") or calibration.DEFAULT
+    )
+    profile = options.profile or os.environ.get("DECIDE_PROFILE") or None
+    if profile is not None and not isinstance(profile, Profile):
+        profile = Profile.load(profile)
+    return replace(options, calibration=method, profile=profile)
 
 
 @dataclass(frozen=True)

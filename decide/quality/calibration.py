@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..answers import softmax
+from ..errors import DecideError
 from ..request import DecisionRequest, Question
 
 CONTENT_FREE: dict[str, tuple[str, ...]] = {
@@ -30,9 +31,13 @@ METHODS = tuple(CONTENT_FREE)
 DEFAULT = "none"  # measured: contextual and pmi lose accuracy on TREC (README, "Right answers")
 
 
+class UnknownCalibration(DecideError, ValueError):
+    """A calibration setting that names no method."""
+
+
 def check_method(name: str) -> str:
     if name not in CONTENT_FREE:
-        raise ValueError(f"unknown calibration {name!r}; choose one of {', '.join(METHODS)}")
+        raise UnknownCalibration(f"unknown calibration {name!r}; choose one of {', '.join(METHODS)}")
     return name
 
 
