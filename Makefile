@@ -6,7 +6,8 @@ PIP    := $(PY) -m pip
 MODELS := $(shell python3 decide/models/catalog.py)
 STAMP  := $(VENV)/.decide-installed
 
-.PHONY: install serve test test-fast bench lint fmt clean
+.PHONY: install serve test test-fast bench lint fmt clean eval-data
+DATA   ?= ../shared/data
 
 install: $(STAMP)
 
@@ -31,6 +32,10 @@ bench: install
 	$(VENV)/bin/pytest -q bench --benchmark-only -p no:cacheprovider
 	$(PY) -m bench.summary
 	$(PY) -m bench.concurrency
+
+# Labelled JSONL of the shared sets (every wording; seeded dev carve) into build/eval, for decide eval / fit.
+eval-data: install
+	$(PY) -m decide.quality.datasets all $(DATA) -o build/eval
 
 lint: install
 	$(VENV)/bin/ruff check .

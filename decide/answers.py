@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,6 +53,8 @@ class Answer:
     question: Question
     probabilities: tuple[float, ...]
     log_likelihoods: tuple[float, ...]
+    # The final hidden state at the answer position (the last prompt token), when the scorer keeps it.
+    hidden: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def kind(self) -> str:

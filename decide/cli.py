@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from . import __version__
 from .batch.cli import add_parser as add_batch_parser
 from .errors import DecideError
+from .quality import cli as quality_cli
 
 BAR_WIDTH = 30
 EXAMPLES = {
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_serve.register(sub)
     cli_models.register(sub)
     add_batch_parser(sub)
+    quality_cli.register(sub)
     return parser
 
 

@@ -13,17 +13,21 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from .answers import Answer, Decision, Usage, softmax
+from .answers import Answer, Decision, Usage
 from .bf16 import Precision
 from .errors import ContextLengthExceeded, DecideError, InvalidRequest, UnsupportedInput
 from .prompts import PromptBuilder, TokenizedQuestion
+from .quality import calibration
+from .quality.profile import Profile
 from .request import DecisionRequest, Option, Part, Question, Text
 from .scoring import ScoreResult, fast_kernels, tree_attention
 from .scoring.model_parts import ModelParts, split_model
@@ -51,12 +55,17 @@ ScorerName = Literal["auto", "reference", "prompt_once", "trie"]
 
 @dataclass(frozen=True)
 class DeciderOptions:
-    """How a Decider scores. `auto` is the trie engine where the model passes its self-test."""
+    """How a Decider scores. `auto` is the trie engine where the model passes its self-test.
+
+    `calibration` (None: $DECIDE_CALIBRATION, else the measured default) and `profile` (a `decide fit`
+    folder; None: $DECIDE_PROFILE, else none) change answer probabilities only (decide/quality/)."""
 
     scorer: ScorerName = "auto"
     trie: TrieOptions = field(default_factory=TrieOptions)
     # auto | float32 | bfloat16 of the weights and GEMMs (None: $DECIDE_PRECISION, else auto); see decide.bf16.
     precision: Precision | None = None
+    calibration: str | None = None
+    profile: str | Path | Profile | None = None
 
 
 class Decider:
@@ -71,6 +80,10 @@ class Decider:
         if self.options.scorer == "auto":
             fallback = "prompt_once" if self.parts else "reference"
             self.options = replace(self.options, scorer="trie" if self.trie else fallback)
+        self.options = _resolve_answers(self.options)
+        if isinstance(self.options.profile, Profile):
+            self.options.profile.check_model(self.loaded)
+        self.calibrator = calibration.Calibrator(self.options.calibration, self.options.profile)
         self._lock = threading.Lock()
 
     def _split(self) -> ModelParts | None:
@@ -109,12 +122,23 @@ class Decider:
         return tree_attention.self_test(self.parts, self.loaded.model, fast=fast, tolerance=tolerance)
 
     @classmethod
-    def load(cls, model: str | None = None, options: DeciderOptions | None = None, **load_kwargs) -> Decider:
-        """Load `model` (alias, folder, .gguf path or HF id; default: env DECIDE_MODEL, then the embedded 1.5B)."""
+    def load(
+        cls,
+        model: str | None = None,
+        options: DeciderOptions | None = None,
+        *,
+        profile: str | Path | Profile | None = None,
+        **load_kwargs,
+    ) -> Decider:
+        """Load `model` (alias, folder, .gguf path or HF id; default: env DECIDE_MODEL, then the embedded 1.5B).
+        `profile`: a `decide fit` folder fitted on this model (refused, with the reason, for another model)."""
         from .models import load_model
 
-        precision = options.precision if options else None
-        return cls(load_model(model, precision=precision, **load_kwargs), options)
+        options = options or DeciderOptions()
+        if profile is not None:
+            options = replace(options, profile=profile)
+        options = _resolve_answers(options)  # a bad setting fails before the model loads
+        return cls(load_model(model, precision=options.precision, **load_kwargs), options)
 
     @property
     def model_id(self) -> str:
@@ -136,6 +160,8 @@ class Decider:
             "backend": m.backend,
             "context_length": m.context_length,
             "scorer": self.options.scorer,
+            "calibration": self.calibrator.method,
+            "profile_questions": len(self.calibrator.profile.entries) if self.calibrator.profile else 0,
         }
 
     def decide(
@@ -167,10 +193,33 @@ class Decider:
         """
         slots: list[Prepared | DecideError] = [self._try_prepare(r) for r in requests]
         ready = [p for p in slots if isinstance(p, Prepared)]
+        priors = self._prior_jobs(ready)
         with self._lock:
-            results = self._score_many([p.tokenized for p in ready])
+            results = self._score_many([p.tokenized for p in ready] + [p.tokenized for _, p in priors])
+        self._learn_priors(priors, results[len(ready) :], results)
         decisions = iter(self._decision(p.request, p.tokenized, r) for p, r in zip(ready, results))
         return [next(decisions) if isinstance(p, Prepared) else p for p in slots]
+
+    def _prior_jobs(self, ready: list[Prepared]) -> list[tuple[int, Prepared]]:
+        """The content-free requests of questions whose calibration prior is not cached: (asking request, job)."""
+        first_asker = {}
+        for r, p in enumerate(ready):
+            for q in p.request.questions:
+                first_asker.setdefault(q, r)
+        jobs = []
+        for q, content_free in self.calibrator.missing(list(first_asker)):
+            prepared = [self._try_prepare(c) for c in content_free]
+            jobs += [(first_asker[q], p) for p in prepared if isinstance(p, Prepared)]
+        return jobs
+
+    def _learn_priors(self, jobs: list[tuple[int, Prepared]], scored: list[ScoreResult], results) -> None:
+        """Cache each question's prior; its tokens are counted as computed for the request that asked first."""
+        by_question: dict[Question, list] = {}
+        for (asker, job), result in zip(jobs, scored):
+            by_question.setdefault(job.request.questions[0], []).append(result.log_likelihoods[0])
+            results[asker].computed_tokens += result.computed_tokens
+        for q, lls in by_question.items():
+            self.calibrator.learn(q, lls)
 
     def _try_prepare(self, request: DecisionRequest | Prepared) -> Prepared | DecideError:
         if isinstance(request, Prepared):
@@ -229,9 +278,12 @@ class Decider:
         return [_spread(qs, idx, p) for qs, idx, p in zip(requests, todo, partials)]
 
     def _decision(self, request: DecisionRequest, tokenized: list[TokenizedQuestion], result: ScoreResult) -> Decision:
+        hidden = result.hidden or [None] * len(result.log_likelihoods)
         answers = tuple(
-            Answer(q, tuple(float(p) for p in softmax(lls)), tuple(float(x) for x in lls))
-            for q, lls in zip(request.questions, result.log_likelihoods)
+            Answer(
+                q, tuple(float(p) for p in self.calibrator.probabilities(q, lls, h)), tuple(float(x) for x in lls), h
+            )
+            for q, lls, h in zip(request.questions, result.log_likelihoods, hidden)
         )
         usage = Usage(
             input_tokens=input_tokens(tokenized),
@@ -240,6 +292,17 @@ class Decider:
             computed_tokens=result.computed_tokens,
         )
         return Decision(model=self.model_id, answers=answers, usage=usage)
+
+
+def _resolve_answers(options: DeciderOptions) -> DeciderOptions:
+    """The calibration method (checked) and the profile (read) that options or the environment name."""
+    method = calibration.check_method(
+        options.calibration or os.environ.get("DECIDE_CALIBRATION") or calibration.DEFAULT
+    )
+    profile = options.profile or os.environ.get("DECIDE_PROFILE") or None
+    if profile is not None and not isinstance(profile, Profile):
+        profile = Profile.load(profile)
+    return replace(options, calibration=method, profile=profile)
 
 
 @dataclass(frozen=True)
@@ -262,12 +325,15 @@ def _spread(tokenized: list[TokenizedQuestion], scored: list[int], partial: Scor
     """The scored questions' results in their slots; one-option questions get log-likelihood 0."""
     full = ScoreResult(
         log_likelihoods=[np.zeros(len(q.candidates)) for q in tokenized],
+        hidden=[None] * len(tokenized),
         computed_tokens=partial.computed_tokens,
         cached_tokens=partial.cached_tokens,
         cache_write_tokens=partial.cache_write_tokens,
     )
     for i, lls in zip(scored, partial.log_likelihoods):
         full.log_likelihoods[i] = lls
+    for i, h in zip(scored, partial.hidden):
+        full.hidden[i] = h
     return full
 
 

@@ -25,6 +25,8 @@ def _temporary_model_cache(tmp_path_factory: pytest.TempPathFactory):
     patch.setenv("DECIDE_CACHE_DIR", str(tmp_path_factory.mktemp("decide-cache")))
     # The suite's exactness bounds are float32's; bfloat16 tests ask for it (tests/test_bf16*.py).
     patch.setenv("DECIDE_PRECISION", "float32")
+    # Engine tests compare raw scoring with the reference; calibration tests choose their method explicitly.
+    patch.setenv("DECIDE_CALIBRATION", "none")
     yield
     patch.undo()
 

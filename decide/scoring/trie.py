@@ -155,7 +155,10 @@ class TrieScorer:
     def score_many(self, requests: Sequence[Sequence[TokenizedQuestion]]) -> list[ScoreResult]:
         """Score several requests together: requests with the same prefix share one forest, and the
         forests of different prefixes share forward passes (block-diagonal mask) while they fit."""
-        results = [ScoreResult(log_likelihoods=[np.zeros(len(q.candidates)) for q in qs]) for qs in requests]
+        results = [
+            ScoreResult(log_likelihoods=[np.zeros(len(q.candidates)) for q in qs], hidden=[None] * len(qs))
+            for qs in requests
+        ]
         with fast_kernels.enabled() if self.options.fast_kernels else contextlib.nullcontext():
             segments = [seg for group in self._groups(requests, results) for seg in group]
             for merged in self._merge(segments):
@@ -257,16 +260,20 @@ class TrieScorer:
             row_nodes.append(b.nodes.rows + offset)
             offset += len(b.nodes.tokens)
         logits = self.parts.head(forward.hidden[mx.array(np.concatenate(row_nodes))]).astype(mx.float32)
-        mx.eval(logits)
+        answer_rows = np.concatenate([b.answer_rows() + start for b, start in zip(built, _starts(built))])
+        hidden = forward.hidden[mx.array(answer_rows)].astype(mx.float32)
+        mx.eval(logits, hidden)
         for i, seg in enumerate(segments):
             if seg.chain:
                 self._store_chain(seg, forward.chain_kv(i), results)
-        logits_np = np.asarray(logits)
-        first_row = 0
+        logits_np, hidden_np = np.asarray(logits), np.asarray(hidden)
+        first_row = first_job = 0
         for seg, b in zip(segments, built):
             rows = len(b.forest.rows)
             b.gather(seg, logits_np[first_row : first_row + rows], results)
+            b.keep_hidden(seg, hidden_np[first_job : first_job + len(seg.jobs)], results)
             first_row += rows
+            first_job += len(seg.jobs)
 
     def _store_chain(self, seg: Segment, chain_kv: list, results: list[ScoreResult]) -> None:
         """Store the prefix whose tail (chain) this pass computed; its tokens were counted as forest nodes."""
@@ -291,6 +298,15 @@ class _SegmentForest:
         forest = build_forest(prompts, candidates, seg.cached)
         return cls(forest, ComputedNodes.of(forest))
 
+    def answer_rows(self) -> np.ndarray:
+        """Per job, the computed node of its prompt's last token (kept: its logits row is read)."""
+        return (np.cumsum(self.nodes.kept) - 1)[self.forest.prompt_last_nodes]
+
+    def keep_hidden(self, seg: Segment, hidden: np.ndarray, results: list[ScoreResult]) -> None:
+        for job, h in zip(seg.jobs, hidden):
+            for r, i in seg.owners[job.question]:
+                results[r].hidden[i] = h
+
     def gather(self, seg: Segment, logits: np.ndarray, results: list[ScoreResult]) -> None:
         """Log-likelihoods of the segment's candidates from its logits rows; computed tokens to their requests."""
         forest = self.forest
@@ -306,6 +322,11 @@ class _SegmentForest:
         for j, count in enumerate(np.bincount(jobs_of_nodes, minlength=len(seg.jobs))):
             first_request = seg.owners[seg.jobs[j].question][0][0]
             results[first_request].computed_tokens += int(count)
+
+
+def _starts(built: list[_SegmentForest]) -> list[int]:
+    """Each segment's first row in the pass's packed nodes."""
+    return list(np.cumsum([0, *(len(b.nodes.tokens) for b in built[:-1])]))
 
 
 def node_jobs(forest, job_cand_offsets: np.ndarray) -> np.ndarray:

@@ -1,0 +1,125 @@
+"""`decide eval` and `decide fit`: measure answers on labelled JSONL, and fit a profile from labels."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .. import cli
+
+MODEL_HELP = "alias, model folder, .gguf path or HF id (default: $DECIDE_MODEL or qwen2.5-coder-1.5b)"
+
+
+def _modes(text: str) -> list[str]:
+    from .calibration import METHODS
+
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in modes if m not in (*METHODS, "batch", "profile")]
+    if bad or not modes:
+        raise cli.CLIError(
+            f"--compare takes a comma-separated list of {', '.join(METHODS)}, batch, profile; got {text!r}"
+        )
+    return list(dict.fromkeys(modes))
+
+
+def _load(path: str):
+    from .data import DataError, load
+
+    try:
+        return load(path)
+    except DataError as e:
+        raise cli.CLIError(f"{e} (see `decide eval --help` for the format)") from None
+
+
+def _decider(args, profile=None):
+    from ..core import Decider, DeciderOptions
+
+    return Decider.load(args.model, DeciderOptions(calibration="none"), profile=profile, progress=not args.quiet)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .calibration import DEFAULT
+    from .evaluate import evaluate, plot, report
+
+    modes = _modes(args.compare or args.calibration or DEFAULT)
+    if args.profile and "profile" not in modes:
+        modes.append("profile")
+    if "profile" in modes and not args.profile:
+        raise cli.CLIError("--compare profile needs --profile DIR (a `decide fit` output)")
+    examples = _load(args.data)[: args.limit]
+    decider = _decider(args, args.profile)
+    table, groups = evaluate(decider, examples, modes, decider.calibrator.profile, progress=not args.quiet)
+    print(f"{len(examples)} examples from {args.data}, model {decider.model_id}")
+    report(table, groups)
+    if args.plot:
+        plot(table, groups, args.plot)
+        print(f"reliability diagram: {args.plot}")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from .calibration import DEFAULT
+    from .evaluate import report, score, tabulate
+    from .fit import MIN_LABELS, cross_validated_probabilities, fit_profile
+    from .metrics import Scores
+
+    examples = _load(args.data)[: args.limit]
+    decider = _decider(args)
+    start = time.perf_counter()
+    groups = score(decider, examples, progress=not args.quiet)
+    scored_s = time.perf_counter() - start
+    profile = fit_profile(decider, groups)
+    fit_s = time.perf_counter() - start - scored_s
+    if not profile.entries:
+        raise cli.CLIError(f"no question has enough labels to fit (at least {MIN_LABELS} each)")
+    profile.save(args.output)
+    print(
+        f"fitted {len(profile.entries)} question(s) on {len(examples)} examples: scoring {scored_s:.0f} s, fit {fit_s:.1f} s"
+    )
+    for e in profile.entries.values():
+        print(f"  {e.method:<8} {e.instructions}")
+    print(f"profile: {args.output} (model {decider.model_id})")
+    fitted = [g for g in groups if profile.entry(g.question)]
+    if args.dev:
+        dev = _load(args.dev)
+        dev_groups = [g for g in score(decider, dev, progress=not args.quiet) if profile.entry(g.question)]
+        print(f"\ndev: {args.dev}, {len(dev)} examples")
+        report(tabulate(decider, dev_groups, list(dict.fromkeys(["none", DEFAULT, "profile"])), profile), dev_groups)
+        return 0
+    table = tabulate(decider, fitted, list(dict.fromkeys(["none", DEFAULT])))
+    for g in fitted:
+        p = cross_validated_probabilities(g, args.cv)
+        table[g.name][f"fitted ({args.cv}-fold)"] = (Scores.of(p, g.y), p)
+    print(f"\nbefore / after, {args.cv}-fold cross-validated on the same labels (each fold fitted on the others):")
+    report(table, fitted)
+    return 0
+
+
+def register(sub) -> None:
+    """Add `eval` and `fit` to the `decide` command's subparsers."""
+    ev = sub.add_parser("eval", help="measure answers on labelled JSONL (accuracy, F1, Brier, log loss, ECE)")
+    ev.add_argument("data", help='labelled JSONL: {"state":..., "questions":{id: question}, "labels":{id: value}}')
+    ev.add_argument("-m", "--model", default=None, help=MODEL_HELP)
+    ev.add_argument("--calibration", default=None, help="the mode to measure (default: the server's default)")
+    ev.add_argument(
+        "--compare", default=None, metavar="A,B", help="modes side by side: none,contextual,pmi,batch,profile"
+    )
+    ev.add_argument("--profile", default=None, metavar="DIR", help="a `decide fit` profile (adds the mode `profile`)")
+    ev.add_argument("--plot", default=None, metavar="FILE.png", help="write a reliability diagram")
+    ev.add_argument("--limit", type=int, default=None, help="only the first N examples")
+    ev.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
+    ev.set_defaults(func=cmd_eval)
+    fit = sub.add_parser("fit", help="fit per-question readouts from labelled JSONL into a profile")
+    fit.add_argument("data", help="labelled JSONL (the format of `decide eval`)")
+    fit.add_argument("-o", "--output", required=True, metavar="PROFILE_DIR", help="where the profile is written")
+    fit.add_argument("-m", "--model", default=None, help=MODEL_HELP)
+    fit.add_argument("--dev", default=None, metavar="DEV.jsonl", help="measure on these examples (default: --cv)")
+    fit.add_argument("--cv", type=int, default=4, help="folds of the cross-validated before/after (default 4)")
+    fit.add_argument("--limit", type=int, default=None, help="only the first N examples of DATA")
+    fit.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
+    fit.set_defaults(func=cmd_fit)
+
+
+if __name__ == "__main__":
+    sys.exit(cli.main())

@@ -1,0 +1,123 @@
+"""Profiles: what `decide fit` learned per question, stored with the fingerprint of the model it used.
+
+    PROFILE_DIR/profile.json   model id, weights fingerprint, one entry per question (key, method, bias)
+    PROFILE_DIR/<key>.npz      a readout's arrays (mean, std, weights, bias)
+
+A question is matched by its key: a hash of its kind, instructions and options (values and
+descriptions), never its id. Questions without an entry are answered as without a profile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DecideError
+from ..request import Question
+from .fitting import Bias, Readout, model_log_probs
+
+PROFILE_FILE = "profile.json"
+FORMAT = 1
+
+
+class ProfileError(DecideError):
+    """A profile that cannot be used: missing, unreadable, or fitted on other weights."""
+
+
+def question_key(q: Question) -> str:
+    spec = [q.kind, q.instructions, [[o.value, o.description] for o in q.options]]
+    return hashlib.sha256(json.dumps(spec, ensure_ascii=False).encode()).hexdigest()[:24]
+
+
+def model_fingerprint(loaded) -> str:
+    """A hash of the weights: from the conversion manifest's file hashes when there is one, else of the files."""
+    folder = Path(loaded.source)
+    manifest = folder / "manifest.json"
+    digest = hashlib.sha256()
+    if manifest.exists():
+        files = json.loads(manifest.read_text())["files"]
+        for name in sorted(files):
+            digest.update(f"{name}:{files[name]['sha256']}\n".encode())
+    else:
+        for path in sorted(folder.glob("*.safetensors")) + [folder / "config.json"]:
+            digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One question's fit: `method` is the readout used when the hidden state is at hand."""
+
+    instructions: str
+    method: str  # "bias" or "readout"
+    bias: Bias
+    readout: Readout | None = None
+
+    def probabilities(self, log_likelihoods, hidden: np.ndarray | None) -> np.ndarray:
+        log_probs = model_log_probs(np.asarray([log_likelihoods]))
+        if self.method == "readout" and self.readout is not None and hidden is not None:
+            return self.readout.probabilities(np.asarray(hidden)[None], log_probs)[0]
+        return self.bias.probabilities(log_probs)[0]
+
+
+@dataclass
+class Profile:
+    model_id: str
+    fingerprint: str
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    def entry(self, q: Question) -> Entry | None:
+        return self.entries.get(question_key(q))
+
+    def check_model(self, loaded) -> None:
+        found = model_fingerprint(loaded)
+        if found != self.fingerprint:
+            raise ProfileError(
+                f"this profile was fitted on model {self.model_id} (weights {self.fingerprint}), not on "
+                f"{loaded.model_id} (weights {found}); fit it again with `decide fit --model {loaded.model_id}` "
+                "or serve the model it was fitted on"
+            )
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        questions = {}
+        for key, e in self.entries.items():
+            questions[key] = {
+                "instructions": e.instructions,
+                "method": e.method,
+                "scale": e.bias.scale,
+                "bias": e.bias.bias.tolist(),
+            }
+            if e.readout is not None:
+                r = e.readout
+                np.savez(folder / f"{key}.npz", mean=r.mean, std=r.std, weights=r.weights, bias=r.bias, l2=r.l2)
+        body = {"format": FORMAT, "model": self.model_id, "fingerprint": self.fingerprint, "questions": questions}
+        (folder / PROFILE_FILE).write_text(json.dumps(body, indent=2, ensure_ascii=False))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Profile:
+        folder = Path(folder)
+        try:
+            body = json.loads((folder / PROFILE_FILE).read_text())
+            entries = {key: _entry(folder, key, q) for key, q in body["questions"].items()}
+            return cls(body["model"], body["fingerprint"], entries)
+        except FileNotFoundError as e:
+            raise ProfileError(
+                f"no profile in {folder}: {e.filename} is missing; create one with `decide fit`"
+            ) from None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ProfileError(f"cannot read the profile in {folder}: {e!r}; fit it again with `decide fit`") from None
+
+
+def _entry(folder: Path, key: str, q: dict) -> Entry:
+    readout = None
+    if (folder / f"{key}.npz").exists():
+        with np.load(folder / f"{key}.npz") as z:
+            readout = Readout(z["mean"], z["std"], z["weights"], z["bias"], float(z["l2"]))
+    return Entry(q["instructions"], q["method"], Bias(float(q["scale"]), np.asarray(q["bias"], float)), readout)
