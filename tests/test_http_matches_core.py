@@ -21,7 +21,9 @@ from decide.core import Decider, Question
 
 pytestmark = pytest.mark.smollm
 
-TOL = 1e-6
+# The server's passes may hold other rows than the core's (a warm prefix, other questions): the BLAS may then sum
+# a row's linear layers in another order (measured up to 1.1e-6 on an AMD EPYC with OpenBLAS's Haswell kernels).
+TOL = 1e-5
 STATE = {
     "subject": "Charged twice",
     "body": "I was charged twice for my March invoice (order #4471) and the refund I was promised never came. "

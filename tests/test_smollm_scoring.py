@@ -165,8 +165,9 @@ def test_a_merged_batch_equals_solo_runs(deciders):
     merged = trie.decide_batch(batch)
     trie.trie.cache.clear()
     solo = [trie.decide(r) for r in batch]
-    # Each block attends alone, so the answers are bit for bit those of solo runs, except where a block has only a
-    # few rows: BLAS then takes another path for the linear layers than for the merged rows (measured: 1.2e-6).
-    assert [d.answers for d in merged[1:]] == [d.answers for d in solo[1:]]
-    assert_same_answers(merged[0], solo[0], 1e-5)
+    # Each block attends alone, so the answers are those of solo runs up to the linear layers' rounding: how the
+    # BLAS sums a row can depend on how many rows share the call (OpenBLAS's Haswell kernels on an AMD EPYC:
+    # log-likelihoods 8e-6 apart, probabilities ~1e-6; bit for bit on the Intel Xeon CI machines before).
+    for m, s in zip(merged, solo):
+        assert_same_answers(m, s, 1e-5, 1e-4)
     assert merged[3].usage.computed_tokens == 0
