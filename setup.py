@@ -41,7 +41,8 @@ def onednn_root() -> Path | None:
     try:
         dist = importlib.metadata.distribution("onednn-devel-cpu-gomp")
         headers = [f for f in dist.files or () if str(f).endswith("oneapi/dnnl/dnnl.hpp")]
-        candidates = [Path(dist.locate_file(f)).resolve().parents[2] for f in headers] + candidates
+        # <prefix>/include/oneapi/dnnl/dnnl.hpp -> <prefix>
+        candidates = [Path(dist.locate_file(f)).resolve().parents[3] for f in headers] + candidates
     except importlib.metadata.PackageNotFoundError:
         pass
     for root in candidates:
