@@ -27,22 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from .cases import TEAMS, URGENCY
+from .cases import SYSTEMONE_QUESTIONS as QUESTIONS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from server_process import ServerProcess  # noqa: E402  (the tests' gunicorn launcher)
 
 MODEL = "smollm2-135m"
 SCRIPT = Path(sys.executable).with_name("decide")
-QUESTIONS = {
-    "refund": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
-    "team": {
-        "type": "choice",
-        "instructions": "Which team should handle this ticket?",
-        "criteria": {o.value: o.description for o in TEAMS},
-    },
-    "urgency": {"type": "score", "instructions": "How urgent is this ticket?", "criteria": URGENCY},
-}
 OPENINGS = ["Hello,", "Hi team,", "Good morning.", "To whom it may concern:", "Hey,"]
 PROBLEMS = [
     "I was charged twice for my subscription this month",

@@ -43,6 +43,18 @@ TOPICS = ["billing", "login", "exports", "the mobile app", "the API", "checkout"
 TIERS = ["free", "pro", "enterprise", "partner"]
 
 
+# The standard request's questions as a System One body's `questions`.
+SYSTEMONE_QUESTIONS = {
+    "refund": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
+    "team": {
+        "type": "choice",
+        "instructions": "Which team should handle this ticket?",
+        "criteria": {o.value: o.description for o in TEAMS},
+    },
+    "urgency": {"type": "score", "instructions": "How urgent is this ticket?", "criteria": URGENCY},
+}
+
+
 def standard() -> DecisionRequest:
     return DecisionRequest.of(
         TICKET,

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import config as settings
-from .cases import TEAMS, TICKET, URGENCY
+from .cases import SYSTEMONE_QUESTIONS, TICKET
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from server_process import ServerProcess  # noqa: E402  (the tests' gunicorn launcher)
@@ -39,15 +39,7 @@ def body(ticket: str) -> bytes:
         {
             "model": "jev-latest",
             "state": ticket,
-            "questions": {
-                "refund": {"type": "noul", "instructions": "Is the customer asking for a refund?"},
-                "team": {
-                    "type": "choice",
-                    "instructions": "Which team should handle this ticket?",
-                    "criteria": {o.value: o.description for o in TEAMS},
-                },
-                "urgency": {"type": "score", "instructions": "How urgent is this ticket?", "criteria": URGENCY},
-            },
+            "questions": SYSTEMONE_QUESTIONS,
         }
     ).encode()
 
