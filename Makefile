@@ -26,7 +26,7 @@ test: install
 	$(VENV)/bin/pytest -q
 
 test-fast: install
-	$(VENV)/bin/pytest -q -m "not slow and not smollm and not wheel"
+	$(VENV)/bin/pytest -q tests/unit
 
 bench: install
 	$(VENV)/bin/pytest -q bench --benchmark-only -p no:cacheprovider

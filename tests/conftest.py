@@ -1,4 +1,8 @@
-"""Shared fixtures: the tiny GGUF model and the embedded models.
+"""Shared fixtures: the tiny GGUF model and the embedded models; the folders' contracts.
+
+tests/unit needs no model and no server (`make test-fast`), tests/models loads models in process,
+tests/server starts servers or other subprocesses. Each test gets its folder's name as a marker,
+and a unit test that reaches for a model or a server fails, saying where it belongs.
 
 decide.runtime is imported first so that the optimized BLAS is loaded before anything
 imports mlx.core. Tests convert models into a temporary cache (DECIDE_CACHE_DIR) except the
@@ -10,10 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from server_process import ServerProcess
 from tiny_model import write_tiny_gguf
 
 import decide.runtime  # noqa: F401  (the BLAS swap must precede any mlx import)
-from decide.models import LoadedModel, default_cache_dir, load_model
+from decide.models import LoadedModel, default_cache_dir, load_model, loader
+
+FOLDERS = ("unit", "models", "server")
+MODEL_FIXTURES = frozenset({"tiny_gguf_path", "tiny_qwen2_gguf_path", "tiny_model", "smollm", "qwen"})
 
 # Captured before the session fixture below points DECIDE_CACHE_DIR at a temporary folder.
 REAL_MODEL_CACHE = default_cache_dir()
@@ -29,6 +37,31 @@ def _temporary_model_cache(tmp_path_factory: pytest.TempPathFactory):
     patch.setenv("DECIDE_CALIBRATION", "none")
     yield
     patch.undo()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = Path(item.path).parent.name
+        if folder in FOLDERS:
+            item.add_marker(folder)
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_stay_unit(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.node.get_closest_marker("unit") is None:
+        return
+    wanted = MODEL_FIXTURES & set(request.fixturenames)
+    if wanted:
+        pytest.fail(f"a unit test uses {sorted(wanted)}: it belongs in tests/models")
+
+    def refuse(what: str, folder: str):
+        def refused(*args, **kwargs):
+            raise AssertionError(f"a unit test {what}: it belongs in tests/{folder}")
+
+        return refused
+
+    monkeypatch.setattr(loader, "build_model", refuse("builds a model", "models"))
+    monkeypatch.setattr(ServerProcess, "start", refuse("starts a server", "server"))
 
 
 @pytest.fixture(scope="session")
