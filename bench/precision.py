@@ -3,7 +3,7 @@
 Two dev sets of ../shared/data (never their test splits): SST-2's dev split as yes/no questions,
 and the last 500 examples of TREC's train split (a dev split carved out of it) as a choice among
 its six answer types. Each example is one request, answered by the float32 trie engine (exact to
-the reference scorer, tests/test_smollm_scoring.py) and by the bfloat16 one, loaded side by side.
+the reference scorer, tests/models/test_smollm_scoring.py) and by the bfloat16 one, loaded side by side.
 Prints max / mean |Δp| over every answer's probabilities, the share of questions whose best
 answer changes, and the accuracy of each precision.
 """

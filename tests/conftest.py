@@ -31,7 +31,7 @@ REAL_MODEL_CACHE = default_cache_dir()
 def _temporary_model_cache(tmp_path_factory: pytest.TempPathFactory):
     patch = pytest.MonkeyPatch()
     patch.setenv("DECIDE_CACHE_DIR", str(tmp_path_factory.mktemp("decide-cache")))
-    # The suite's exactness bounds are float32's; bfloat16 tests ask for it (tests/test_bf16*.py).
+    # The suite's exactness bounds are float32's; bfloat16 tests ask for it (tests/*/test_bf16*.py).
     patch.setenv("DECIDE_PRECISION", "float32")
     # Engine tests compare raw scoring with the reference; calibration tests choose their method explicitly.
     patch.setenv("DECIDE_CALIBRATION", "none")
