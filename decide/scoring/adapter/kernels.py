@@ -112,7 +112,7 @@ def mlx_attention(
     queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array | int, shared: int = 0
 ) -> mx.array:
     """Attention in MLX ops on `fast_exp`. Long spans are done a block of query rows at a time, each evaluated
-    on its own: the softmax is a chain of elementwise passes over the scores, 3x faster in cache."""
+    on its own: the softmax is a chain of elementwise passes over the scores, fastest while they stay in cache."""
     b, h, length, d = queries.shape
     bias = causal_bias(length, keys.shape[2], mask) if isinstance(mask, int) else mask
     rows = max(16, ROWS_BYTES // (4 * b * h * keys.shape[2]))
