@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -45,6 +46,13 @@ def test_the_mlx_backend_can_be_chosen_and_the_cpu_one_is_the_default(stock_trie
     assert Decider(tiny_model).parts.backend.name == "cpu-float32"
     with pytest.raises(ValueError, match="unknown kernel backend"):
         Decider(tiny_model, DeciderOptions(backend="tpu"))
+
+
+def test_a_llama_layout_gets_every_hook(tiny_model, stock_trie):
+    for layer in tiny_model.model.model.layers:
+        assert isinstance(layer, hooks.SwiGLUBlock) and isinstance(layer.self_attn.rope, hooks.PositionalRoPE)
+    module = sys.modules[type(tiny_model.model.model.layers[0].self_attn).__module__]
+    assert hasattr(module.scaled_dot_product_attention, "stock")
 
 
 @SETTINGS
