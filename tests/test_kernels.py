@@ -191,6 +191,5 @@ def test_backends_are_chosen_by_device_and_precision() -> None:
         backends.choose("cpu", "float32", "float32", "cuda")
     with pytest.raises(ValueError, match="does not fit"):
         backends.choose("gpu", "float16", "float16", "cpu-float32")
-    if _native.attention_available():
-        assert backends.choose("cpu", "float32", "float32").name == "cpu-float32"
-        assert backends.choose("cpu", "float32", "bfloat16").name == "cpu-bfloat16"
+    assert backends.choose("cpu", "float32", "float32").name == "cpu-float32"
+    assert backends.choose("cpu", "float32", "bfloat16").name == "cpu-bfloat16"

@@ -3,8 +3,10 @@
 | backend        | attention          | silu · up           | rope (per token) | linear layers              |
 |----------------|--------------------|---------------------|------------------|----------------------------|
 | `mlx`          | stock_attention    | stock_silu_product  | stock_rope       | MLX (the model's own)      |
-| `cpu-float32`  | native_attention   | native_silu_product | RopeTables       | MLX on the loaded BLAS     |
-| `cpu-bfloat16` | native_attention   | native_silu_product | RopeTables       | decide.bf16 (oneDNN bf16)  |
+| `cpu-float32`  | native_attention * | native_silu_product | RopeTables       | MLX on the loaded BLAS     |
+| `cpu-bfloat16` | native_attention * | native_silu_product | RopeTables       | decide.bf16 (oneDNN bf16)  |
+
+(*: `mlx_attention` where no optimized BLAS was loaded, which the native attention multiplies with.)
 
 `mlx` is the reference and the path for Metal and CUDA. The linear layers are not swapped per pass:
 `decide.bf16.convert` replaces them when the model loads in bfloat16; the column only records it.
@@ -30,7 +32,8 @@ class Backend:
 
 
 def _cpu(name: str, linear: str) -> Backend:
-    return Backend(name, kernels.native_attention, kernels.native_silu_product, kernels.RopeTables(), linear)
+    attention = kernels.native_attention if _native.attention_available() else kernels.mlx_attention
+    return Backend(name, attention, kernels.native_silu_product, kernels.RopeTables(), linear)
 
 
 def mlx() -> Backend:
@@ -52,7 +55,7 @@ def choose(device: str, dtype: str, precision: str, requested: str | None = None
     """The backend for a model on `device` computing in `dtype` at `precision`; `requested` names one
     ("auto" or None: the fastest that fits). Raises ValueError for an unknown or unfitting name."""
     fits = {"mlx"}
-    if device == "cpu" and dtype == "float32" and _native.attention_available():
+    if device == "cpu" and dtype == "float32":
         fits.add("cpu-bfloat16" if precision == "bfloat16" else "cpu-float32")
     if requested in (None, "auto"):
         requested = next((name for name in ("cpu-bfloat16", "cpu-float32") if name in fits), "mlx")
