@@ -8,6 +8,7 @@ import json
 import logging
 import shutil
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from decide.core import Decider, DeciderOptions
 from decide.models import load_model
 from decide.request import DecisionRequest, Question
 from decide.runtime import mx
-from decide.scoring.adapter import hooks
+from decide.scoring.adapter import adapt, backends, hooks
 from decide.scoring.trie import TrieOptions
 
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -105,3 +106,11 @@ def test_a_model_it_cannot_tree_score_gets_prompt_once_with_one_log_line(sliding
     assert decider.options.scorer == "prompt_once" and decider.trie is None
     want = Decider(sliding_window_model, DeciderOptions(scorer="reference")).decide(REQUEST)
     assert_same_answers(decider.decide(REQUEST), want, 1e-4, 1e-3)
+
+
+def test_kernels_that_fail_the_self_test_give_way_to_stock_ops(tiny_model, caplog):
+    broken = replace(backends.cpu_float32(), silu_product=lambda gate, up: gate * up)
+    with caplog.at_level(logging.WARNING, logger="decide"):
+        adapted = adapt(tiny_model.model, broken, "tiny")
+    assert adapted.tree and adapted.parts.backend.name == "mlx"
+    assert "cpu-float32 kernels fail the self-test" in caplog.text
