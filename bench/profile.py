@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -67,16 +66,16 @@ def profile_phases(decider: Decider, request, warm: bool) -> PhaseTimer:
 
 
 def profile_ops(decider: Decider, request, warm: bool) -> PhaseTimer:
-    """Per op kind, summed over layers: the model's own modules and kernel functions, each evaluated alone."""
+    """Per op kind, summed over layers: the model's own modules and the backend's kernels, each evaluated alone."""
     timer = PhaseTimer()
-    layers = decider.trie.parts.layers
-    module = sys.modules[type(decider.loaded.model).__module__]
-    swapped = [(module, name) for name in ("scaled_dot_product_attention", "swiglu") if hasattr(module, name)]
-    saved = {(id(owner), name): (owner, name, getattr(owner, name)) for owner, name in swapped}
-    for layer in layers:
+    scorer = decider.trie
+    parts = scorer.parts
+    kernels = {name: getattr(parts.backend, name) for name in ("attention", "silu_product", "rope")}
+    saved = {}
+    for layer in parts.layers:
         attn, mlp = layer.self_attn, layer.mlp
         for owner, names in (
-            (attn, ("q_proj", "k_proj", "v_proj", "o_proj", "rope")),
+            (attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
             (mlp, ("gate_proj", "up_proj", "down_proj")),
         ):
             for name in names:
@@ -87,10 +86,13 @@ def profile_ops(decider: Decider, request, warm: bool) -> PhaseTimer:
         for owner, name, fn in saved.values():
             label = "rms_norm" if name.endswith("layernorm") else name
             setattr(owner, name, timer.wrap(label, fn, eval_inputs=True))
+        timed = {name: timer.wrap(name, fn, eval_inputs=True) for name, fn in kernels.items()}
+        scorer.parts = replace(parts, backend=replace(parts.backend, **timed))
         run_once(decider, request, warm, timer)
     finally:
         for owner, name, fn in saved.values():
             setattr(owner, name, fn)
+        scorer.parts = parts
     return timer
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from decide import _native
-from decide.scoring.forest import Forest, _offsets, _pack, build_forest
+from decide.scoring.forest import Forest, _pack, build_forest, offsets
+from decide.scoring.forest_reference import build_forest_reference, scores_reference
 
 VOCAB = 49152
 
@@ -51,7 +52,7 @@ def assert_same_forest(a: Forest, b: Forest) -> None:
 def packed_arguments(prompts, cands, prefix_len: int) -> tuple:
     """What build_forest hands the C++ trie (the packing is the rest of build_forest's time)."""
     flat = [c for cs in cands for c in cs]
-    return (*_pack(prompts), *_pack(flat), _offsets([len(cs) for cs in cands]), prefix_len)
+    return (*_pack(prompts), *_pack(flat), offsets([len(cs) for cs in cands]), prefix_len)
 
 
 def requests(shape: str, prefix: str):
@@ -64,14 +65,14 @@ def requests(shape: str, prefix: str):
 def test_build_forest(benchmark, shape: str, prefix: str, impl: str) -> None:
     prompts, cands, prefix_len = requests(shape, prefix)
     native = build_forest(prompts, cands, prefix_len)
-    assert_same_forest(native, build_forest(prompts, cands, prefix_len, native=False))
+    assert_same_forest(native, build_forest_reference(prompts, cands, prefix_len))
     if impl == "native_core":
         packed = packed_arguments(prompts, cands, prefix_len)
         built = benchmark.pedantic(_native.build_forest, packed, rounds=10)
         assert built.tokens.tolist() == native.tokens.tolist()
     else:
-        kwargs = {"native": impl == "native"}
-        benchmark.pedantic(build_forest, (prompts, cands, prefix_len), kwargs, rounds=10 if impl == "native" else 2)
+        build = build_forest if impl == "native" else build_forest_reference
+        benchmark.pedantic(build, (prompts, cands, prefix_len), rounds=10 if impl == "native" else 2)
     forest = native
     benchmark.group = f"forest {shape}"
     benchmark.extra_info.update(
@@ -85,7 +86,7 @@ def test_gather(benchmark, shape: str) -> None:
     prompts, cands, prefix_len = requests(shape, "warm")
     forest = build_forest(prompts, cands, prefix_len)
     logits = np.random.default_rng(1).standard_normal((len(forest.rows), VOCAB)).astype(np.float32)
-    want = forest.scores(logits, native=False)
+    want = scores_reference(forest, logits)
     got = benchmark.pedantic(forest.scores, (logits,), rounds=5)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-9, atol=1e-6)
     np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-9)

@@ -1,5 +1,5 @@
 """Native core of decide: the token forest of a request (csrc/trie.cpp; use decide.scoring.forest) and CPU
-kernels (csrc/kernels.cpp; use decide.scoring.fast_kernels)."""
+kernels (csrc/kernels.cpp; use decide.scoring.adapter.kernels)."""
 
 import numpy as np
 import numpy.typing as npt

@@ -29,8 +29,8 @@ from .prompts import PromptBuilder, TokenizedQuestion
 from .quality import calibration
 from .quality.profile import Profile
 from .request import DecisionRequest, Option, Part, Question, Text
-from .scoring import ScoreResult, fast_kernels, tree_attention
-from .scoring.model_parts import ModelParts, split_model
+from .scoring import ScoreResult
+from .scoring.adapter import adapt, backends
 from .scoring.prompt_once import score_prompt_once
 from .scoring.reference import score_reference
 from .scoring.trie import TrieOptions, TrieScorer
@@ -55,7 +55,7 @@ ScorerName = Literal["auto", "reference", "prompt_once", "trie"]
 
 @dataclass(frozen=True)
 class DeciderOptions:
-    """How a Decider scores. `auto` is the trie engine where the model passes its self-test.
+    """How a Decider scores. `auto` is the trie engine where the model adapter can tree-score the model.
 
     `calibration` (None: $DECIDE_CALIBRATION, else the measured default) and `profile` (a `decide fit`
     folder; None: $DECIDE_PROFILE, else none) change answer probabilities only (decide/quality/)."""
@@ -64,6 +64,8 @@ class DeciderOptions:
     trie: TrieOptions = field(default_factory=TrieOptions)
     # auto | float32 | bfloat16 of the weights and GEMMs (None: $DECIDE_PRECISION, else auto); see decide.bf16.
     precision: Precision | None = None
+    # The kernels of the trie engine's passes: auto (the fastest that fits) or a name in scoring.adapter.backends.
+    backend: str = "auto"
     calibration: str | None = None
     profile: str | Path | Profile | None = None
 
@@ -75,51 +77,28 @@ class Decider:
         self.loaded = loaded
         self.options = options or DeciderOptions()
         self.prompts = PromptBuilder(loaded.tokenizer, stop_markers(loaded.tokenizer))
-        self.parts = self._split()
-        self.trie = self._trie_scorer() if self.parts else None
+        adapted = self._adapt()
+        self.parts = adapted.parts
+        self.trie = TrieScorer(self.parts, self._cache_namespace(), self.options.trie) if adapted.tree else None
         if self.options.scorer == "auto":
-            fallback = "prompt_once" if self.parts else "reference"
-            self.options = replace(self.options, scorer="trie" if self.trie else fallback)
+            self.options = replace(self.options, scorer=adapted.scorer)
         self.options = _resolve_answers(self.options)
         if isinstance(self.options.profile, Profile):
             self.options.profile.check_model(self.loaded)
         self.calibrator = calibration.Calibrator(self.options.calibration, self.options.profile)
         self._lock = threading.Lock()
 
-    def _split(self) -> ModelParts | None:
-        """The model's body and head; None for a model that must be run whole (e.g. soft-capped logits)."""
-        try:
-            return split_model(self.loaded.model)
-        except TypeError as exc:
-            log.warning("%s: %s; every candidate runs through the whole model (reference scorer)", self.model_id, exc)
-            return None
-
-    def _trie_scorer(self) -> TrieScorer | None:
-        if not tree_attention.install(self.parts.layers) or not self._self_test():
-            tree_attention.uninstall(self.parts.layers)
-            log.warning("%s: tree-masked attention does not fit this model; using the prompt-once path", self.model_id)
-            return None
+    def _adapt(self):
         m = self.loaded
-        namespace = f"{m.model_id}|{m.dtype}|{m.precision}|{m.tokenizer.chat_template}"
-        trie_options = self.options.trie
-        fast_kernels.install(self.loaded.model)  # also splits merged passes into per-block attention
-        if trie_options.fast_kernels and not self._fast_kernels_fit():
-            trie_options = replace(trie_options, fast_kernels=False)
-        return TrieScorer(self.parts, namespace, trie_options)
-
-    def _fast_kernels_fit(self) -> bool:
-        swapped = fast_kernels.install(self.loaded.model)
-        if swapped and self._self_test(fast=True):
-            log.info("%s: fast kernels for %s", self.model_id, ", ".join(swapped))
-            return True
-        log.warning("%s: fast kernels do not fit this model; the trie engine runs stock MLX ops", self.model_id)
-        return False
-
-    def _self_test(self, fast: bool = False) -> bool:
-        # bf16 rounds the activations of the forest and of the plain forwards differently: measured
+        backend = backends.choose(m.device, m.dtype, m.precision, self.options.backend)
+        # bf16 rounds the activations of a forest pass and of plain forwards differently: measured
         # 3.5e-3 of the largest hidden value on SmolLM2, where a wiring fault is off by ~1.
-        tolerance = 3e-2 if self.loaded.precision == "bfloat16" else 1e-3
-        return tree_attention.self_test(self.parts, self.loaded.model, fast=fast, tolerance=tolerance)
+        tolerance = 3e-2 if m.precision == "bfloat16" else 1e-3
+        return adapt(m.model, backend, self.model_id, tolerance)
+
+    def _cache_namespace(self) -> str:
+        m = self.loaded
+        return f"{m.model_id}|{m.dtype}|{m.precision}|{m.tokenizer.chat_template}"
 
     @classmethod
     def load(

@@ -3,7 +3,9 @@
 Three scorers answer the same question with the same numbers:
 - `reference`: every candidate its own full forward pass (the oracle, kept forever);
 - `prompt_once`: per question, the prompt once, then each candidate on top of its KV;
-- `trie`: all questions and candidates of a request in one tree-masked forward (issue 3).
+- `trie`: all questions and candidates of a request in one tree-masked forward.
+
+adapter/ holds every assumption about a model's internals and the kernels the trie engine runs on.
 """
 
 from __future__ import annotations

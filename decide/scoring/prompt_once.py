@@ -16,7 +16,8 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache, trim_prompt_cache
 from ..prompts import TokenizedQuestion
 from ..runtime import mx
 from . import ScoreResult
-from .model_parts import ModelParts, summed_log_probs
+from .adapter import ModelParts
+from .reference import summed_log_probs
 
 MAX_BATCH_ROWS = 256  # padded candidate tokens per batched forward; bounds the [rows, vocab] logits
 MAX_BATCH_KV_BYTES = 256 << 20  # the prompt's KV copied once per batch row

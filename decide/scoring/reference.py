@@ -9,7 +9,6 @@ import numpy as np
 from ..prompts import TokenizedQuestion
 from ..runtime import mx
 from . import ScoreResult
-from .model_parts import summed_log_probs
 
 
 def candidate_log_likelihood(model, prompt: Sequence[int], candidate: Sequence[int]) -> float:
@@ -26,3 +25,14 @@ def score_reference(model, questions: Sequence[TokenizedQuestion]) -> ScoreResul
         result.log_likelihoods.append(np.array(lls, dtype=np.float64))
         result.computed_tokens += sum(len(q.prompt) + len(c) - 1 for c in q.candidates)
     return result
+
+
+def summed_log_probs(logits: mx.array, tokens: Sequence[int]) -> float:
+    """Σ_t log softmax(logits[t])[tokens[t]], normalized in float64.
+
+    MLX's float32 logsumexp over a 50k vocabulary is off by up to ~3e-4 on CPU; an oracle cannot be.
+    """
+    x = np.asarray(logits.astype(mx.float32), dtype=np.float64)
+    top = x.max(axis=-1, keepdims=True)
+    lse = top[:, 0] + np.log(np.exp(x - top).sum(axis=-1))
+    return float((x[np.arange(len(tokens)), np.asarray(tokens)] - lse).sum())

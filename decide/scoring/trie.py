@@ -5,8 +5,8 @@
             ──► one forward, mask = cached prefix ∪ ancestors ──► the chain's K/V into the cache
             ──► LM head only at the rows whose children are scored ──► native gather
 
-A cold prefix thus costs no forward of its own (one pass of ~400 rows instead of two of ~200 is
-15% faster on a CPU). Its chain attends causally and every other node sees it whole, exactly as a
+A cold prefix thus costs no forward of its own (one pass of many rows keeps the matmuls busier
+than two of half as many). Its chain attends causally and every other node sees it whole, exactly as a
 cached prefix, so cold and warm answers agree. A prefix longer than PREFIX_CHUNK, or one under a
 request that takes several passes, is computed on its own first, in chunks.
 
@@ -17,7 +17,6 @@ logsumexp only cancels when all of a question's candidates are in the same fores
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -26,13 +25,13 @@ from mlx_lm.models.cache import KVCache
 
 from ..prompts import TokenizedQuestion
 from ..runtime import mx
-from . import ScoreResult, fast_kernels
+from . import ScoreResult
+from .adapter import ModelParts
+from .adapter.forest_pass import Block, CausalCache, causal_forward, forest_forward, forest_mask
 from .forest import build_forest, candidate_scores, pair_logits, row_logsumexp
-from .model_parts import ModelParts
 from .prefix_cache import Hit, PrefixCache
-from .tree_attention import Block, forest_forward, forest_mask
 
-PREFIX_CHUNK = 2048  # prefix tokens per causal forward (bounds the activations; 6% faster than 512 on 4,560 tokens)
+PREFIX_CHUNK = 2048  # prefix tokens per causal forward: bounds the activations, long enough for efficient matmuls
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,6 @@ class TrieOptions:
     max_width: int = 4096  # attended columns (prefixes + nodes) when passes of several prefixes are merged
     cache_bytes: int = 1 << 30  # prefix-cache budget
     block: int = 16  # prefix-cache granularity in tokens
-    fast_kernels: bool = True  # attention softmax and SiLU on fast_kernels (checked at load by a self-test)
 
 
 @dataclass(frozen=True)
@@ -159,10 +157,9 @@ class TrieScorer:
             ScoreResult(log_likelihoods=[np.zeros(len(q.candidates)) for q in qs], hidden=[None] * len(qs))
             for qs in requests
         ]
-        with fast_kernels.enabled() if self.options.fast_kernels else contextlib.nullcontext():
-            segments = [seg for group in self._groups(requests, results) for seg in group]
-            for merged in self._merge(segments):
-                self._run_pass(merged, results)
+        segments = [seg for group in self._groups(requests, results) for seg in group]
+        for merged in self._merge(segments):
+            self._run_pass(merged, results)
         return results
 
     def _prefix_tokens(self, questions: Sequence[TokenizedQuestion]) -> tuple[int, ...]:
@@ -222,22 +219,19 @@ class TrieScorer:
 
     def _extend(self, tokens: Sequence[int], hit: Hit, result: ScoreResult) -> list:
         """K/V of `tokens` per layer, computed causally on top of the cached `hit`, and stored."""
-        caches = [KVCache() for _ in self.parts.layers]
+        kvs = [KVCache() for _ in self.parts.layers]
         if hit.kv is not None:
-            for c, (k, v) in zip(caches, hit.kv):
+            for c, (k, v) in zip(kvs, hit.kv):
                 c.state = (k, v, hit.length)
+        caches = [CausalCache(kv, self.parts.backend) for kv in kvs]
         for start in range(hit.length, len(tokens), PREFIX_CHUNK):
             # In chunks: each attends only to the keys before it (where attention runs in MLX ops, a
             # causal mask over the whole prefix would compute, then discard, the upper triangle).
-            chunk = tokens[start : start + PREFIX_CHUNK]
-            self.parts.body(mx.array(chunk, dtype=mx.int32)[None], caches)
-            mx.eval([c.state for c in caches])
+            causal_forward(self.parts.body, caches, tokens[start : start + PREFIX_CHUNK])
+            mx.eval([c.state for c in kvs])
         result.computed_tokens += len(tokens) - hit.length
         return self._store(
-            tokens,
-            hit.length,
-            [(c.keys[..., : len(tokens), :], c.values[..., : len(tokens), :]) for c in caches],
-            result,
+            tokens, hit.length, [(c.keys[..., : len(tokens), :], c.values[..., : len(tokens), :]) for c in kvs], result
         )
 
     def _store(self, tokens: Sequence[int], cached: int, kv: list, result: ScoreResult) -> list:
@@ -254,7 +248,9 @@ class TrieScorer:
         tokens = np.concatenate([b.nodes.tokens for b in built])
         positions = np.concatenate([b.nodes.positions for b in built])
         mask = forest_mask(blocks, [b.nodes.ancestors for b in built])
-        forward = forest_forward(self.parts.body, len(self.parts.layers), tokens, positions, blocks, mask)
+        forward = forest_forward(
+            self.parts.body, len(self.parts.layers), tokens, positions, blocks, mask, self.parts.backend
+        )
         row_nodes, offset = [], 0
         for b in built:
             row_nodes.append(b.nodes.rows + offset)

@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 import decide
 from decide import _gather, _native
 from decide.scoring.forest import Forest, ancestor_mask, build_forest
+from decide.scoring.forest_reference import ancestor_mask_reference, build_forest_reference, scores_reference
+
+BUILDERS = [build_forest, build_forest_reference]
 
 VOCAB = 3  # few tokens, so prompts and candidates collide and prefix one another
 token = st.integers(0, VOCAB - 1)
@@ -66,9 +69,9 @@ EXAMPLE_MASK = [
 ]
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_drawn_example(native):
-    f = build_forest(**EXAMPLE, native=native)
+@pytest.mark.parametrize("build", BUILDERS)
+def test_drawn_example(build):
+    f = build(**EXAMPLE)
     assert f.tokens.tolist() == [1, 2, 4, 5, 3, 4, 6]
     assert f.parents.tolist() == [-1, 0, 1, 2, 0, 4, 4]
     assert f.positions.tolist() == [1, 2, 3, 4, 2, 3, 3]
@@ -80,8 +83,9 @@ def test_drawn_example(native):
     assert f.prompt_last_nodes.tolist() == [1, 4]
     assert f.question_cand_offsets.tolist() == [0, 2, 4]
     assert (f.prefix_len, f.num_nodes, f.prompt_nodes, f.candidate_nodes) == (1, 7, 3, 4)
-    assert f.ancestor_mask(native=native).astype(int).tolist() == EXAMPLE_MASK
-    assert f.ancestor_mask(2, 5, native=native).astype(int).tolist() == [row[:5] for row in EXAMPLE_MASK[2:5]]
+    for mask in (ancestor_mask, ancestor_mask_reference):
+        assert mask(f.parents).astype(int).tolist() == EXAMPLE_MASK
+        assert mask(f.parents, 2, 5).astype(int).tolist() == [row[:5] for row in EXAMPLE_MASK[2:5]]
 
 
 def test_dtypes_and_read_only():
@@ -100,9 +104,9 @@ def test_native_arrays_outlive_the_call():
 # --- edge cases --------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_identical_prompts_and_duplicate_candidates_share_nodes(native):
-    f = build_forest([[5, 6], [5, 6]], [[[1, 2], [0]], [[1, 2]]], native=native)
+@pytest.mark.parametrize("build", BUILDERS)
+def test_identical_prompts_and_duplicate_candidates_share_nodes(build):
+    f = build([[5, 6], [5, 6]], [[[1, 2], [0]], [[1, 2]]])
     assert f.tokens.tolist() == [5, 6, 1, 2, 0]
     assert f.prompt_last_nodes.tolist() == [1, 1]
     # row 0 (node 6): q0 gathers there with both candidates, q1 with its only one; row 1 (node 1): q0's [1 2] only
@@ -111,24 +115,24 @@ def test_identical_prompts_and_duplicate_candidates_share_nodes(native):
     assert (f.prompt_nodes, f.candidate_nodes) == (2, 3)
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_candidate_that_prefixes_another(native):
-    f = build_forest([[7]], [[[1], [1, 1], [1, 1, 1]]], native=native)
+@pytest.mark.parametrize("build", BUILDERS)
+def test_candidate_that_prefixes_another(build):
+    f = build([[7]], [[[1], [1, 1], [1, 1, 1]]])
     assert f.tokens.tolist() == [7, 1, 1, 1]
     assert f.rows.tolist() == [0, 1, 2]
     assert f.row_needs_lse.tolist() == [0, 1, 1]
     assert f.pair_rows.tolist() == [0, 0, 1, 0, 1, 2]
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_a_prompt_may_run_through_another_questions_candidate(native):
-    f = build_forest([[7], [7, 1, 2]], [[[1, 2]], [[3]]], native=native)
+@pytest.mark.parametrize("build", BUILDERS)
+def test_a_prompt_may_run_through_another_questions_candidate(build):
+    f = build([[7], [7, 1, 2]], [[[1, 2]], [[3]]])
     assert f.tokens.tolist() == [7, 1, 2, 3]
     assert f.prompt_last_nodes.tolist() == [0, 2]
     assert (f.prompt_nodes, f.candidate_nodes) == (3, 1)
 
 
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("build", BUILDERS)
 @pytest.mark.parametrize(
     "prompts, candidates, prefix_len, message",
     [
@@ -142,9 +146,9 @@ def test_a_prompt_may_run_through_another_questions_candidate(native):
         ([], [], 0, "at least one prompt"),
     ],
 )
-def test_bad_input_is_a_value_error(native, prompts, candidates, prefix_len, message):
+def test_bad_input_is_a_value_error(build, prompts, candidates, prefix_len, message):
     with pytest.raises(ValueError, match=message):
-        build_forest(prompts, candidates, prefix_len, native=native)
+        build(prompts, candidates, prefix_len)
 
 
 def test_native_rejects_inconsistent_offsets():
@@ -173,7 +177,7 @@ def test_native_rejects_inconsistent_offsets():
 def test_native_forest_equals_python_twin(inputs):
     prompts, candidates, prefix_len = inputs
     assert_same_forest(
-        build_forest(prompts, candidates, prefix_len), build_forest(prompts, candidates, prefix_len, native=False)
+        build_forest(prompts, candidates, prefix_len), build_forest_reference(prompts, candidates, prefix_len)
     )
 
 
@@ -206,7 +210,7 @@ def test_ancestor_mask_native_equals_twin(inputs, data):
     f = build_forest(*inputs)
     stop = data.draw(st.integers(0, f.num_nodes))
     start = data.draw(st.integers(0, stop))
-    assert (ancestor_mask(f.parents, start, stop) == ancestor_mask(f.parents, start, stop, native=False)).all()
+    assert (ancestor_mask(f.parents, start, stop) == ancestor_mask_reference(f.parents, start, stop)).all()
 
 
 class ContextLogits:
@@ -237,13 +241,13 @@ def naive_scores(model: ContextLogits, prompt: list[int], cands: list[list[int]]
 
 @settings(max_examples=100, deadline=None)
 @given(forest_inputs(max_questions=3), st.integers(0, 2**32 - 1), st.booleans())
-def test_forest_probabilities_equal_naive(inputs, seed, native):
+def test_forest_probabilities_equal_naive(inputs, seed, reference):
     prompts, candidates, prefix_len = inputs
     model = ContextLogits(vocab=VOCAB + 4, seed=seed)
-    f = build_forest(prompts, candidates, prefix_len, native=native)
+    f = (build_forest_reference if reference else build_forest)(prompts, candidates, prefix_len)
     cached = list(prompts[0][:prefix_len])
     logits = np.stack([model(cached + path_tokens(f, int(node))) for node in f.rows])
-    loglik, probs = f.scores(logits, native=native)
+    loglik, probs = scores_reference(f, logits) if reference else f.scores(logits)
     for q, (prompt, cands) in enumerate(zip(prompts, candidates, strict=True)):
         a, b = f.question_cand_offsets[q], f.question_cand_offsets[q + 1]
         want_loglik, want_probs = naive_scores(model, prompt, cands)

@@ -1,6 +1,6 @@
-"""The trie engine's CPU kernels (csrc/kernels.cpp): native attention == its MLX twin == MLX's own SDPA, on random
-shapes, groupings, causal offsets, tree masks and strided views; native SiLU product == MLX twin == nn.silu; fast_exp
-== exp."""
+"""The kernel backends (decide/scoring/adapter): every backend's kernels equal MLX's stock ops (the mlx backend) on
+random shapes, groupings, causal offsets, tree masks and strided views; the native kernels (csrc/kernels.cpp) ==
+their MLX twins; fast_exp == exp; rope tables == the model's rope."""
 
 import ctypes
 
@@ -11,10 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decide import _native
-from decide.runtime import mx
-from decide.scoring import fast_kernels
+from decide.runtime import device, mx
+from decide.scoring.adapter import backends, kernels
 
-needs_blas = pytest.mark.skipif(not fast_kernels._native_fits(), reason="no optimized BLAS for the native attention")
+needs_blas = pytest.mark.skipif(
+    device() != "cpu" or not _native.attention_available(), reason="no optimized BLAS for the native attention"
+)
+CPU_BACKENDS = [backends.cpu_float32(), backends.cpu_bfloat16()]
 
 TOLERANCE = 2e-5
 
@@ -38,12 +41,12 @@ def attention_inputs(draw):
     else:
         seen = rng.random((length, span)) < draw(st.floats(0.05, 1.0))
         seen[np.arange(length), rng.integers(0, span, length)] = True
-        mask = fast_kernels.additive_bias(mx.array(seen))
+        mask = kernels.additive_bias(mx.array(seen))
     return q, k, v, float(dim**-0.5), mask
 
 
 def stock(q, k, v, scale, mask):
-    bias = fast_kernels.causal_bias(q.shape[2], k.shape[2], mask) if isinstance(mask, int) else mask
+    bias = kernels.causal_bias(q.shape[2], k.shape[2], mask) if isinstance(mask, int) else mask
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=bias)
 
 
@@ -52,17 +55,35 @@ def stock(q, k, v, scale, mask):
 @given(attention_inputs())
 def test_native_attention_equals_its_mlx_twin_and_mlx_sdpa(inputs) -> None:
     want = np.asarray(stock(*inputs))
-    native = np.asarray(fast_kernels.attention(*inputs))
-    twin = np.asarray(fast_kernels.mlx_attention(*inputs))
+    native = np.asarray(kernels.native_attention(*inputs))
+    twin = np.asarray(kernels.mlx_attention(*inputs))
     assert np.abs(native - want).max() <= TOLERANCE
     assert np.abs(twin - want).max() <= TOLERANCE
+
+
+@needs_blas
+@settings(max_examples=60, deadline=None)
+@given(attention_inputs(), st.integers(1, 3), st.sampled_from(CPU_BACKENDS))
+def test_every_backends_kernels_equal_the_mlx_backends(inputs, batch, backend) -> None:
+    q, k, v, scale, mask = inputs
+    q, k, v = (mx.concatenate([a] * batch) for a in (q, k, v))  # batches take the MLX twin
+    reference = backends.mlx()
+    want = np.asarray(reference.attention(q, k, v, scale, mask, 0))
+    assert np.abs(np.asarray(backend.attention(q, k, v, scale, mask, 0)) - want).max() <= TOLERANCE
+    gate, up = q * 3, k[:, :1, :1] + q
+    want = np.asarray(reference.silu_product(gate, up))
+    assert np.allclose(np.asarray(backend.silu_product(gate, up)), want, rtol=1e-5, atol=1e-6)
+    rope = nn.RoPE(q.shape[-1], traditional=batch == 2, base=10000)
+    positions = mx.array(np.arange(q.shape[2], dtype=np.int32)[::-1] * 7)
+    want = np.asarray(reference.rope(rope, q[:1], positions))
+    assert np.abs(np.asarray(backend.rope(rope, q[:1], positions)) - want).max() <= 1e-5
 
 
 @needs_blas
 def test_the_causal_offset_hides_exactly_the_later_keys() -> None:
     rng = np.random.default_rng(1)
     q, k, v = (mx.array(rng.standard_normal((1, 2, n, 8), dtype=np.float32)) for n in (3, 6, 6))
-    got = np.asarray(fast_kernels.attention(q, k, v, 1.0, 2))  # query i sees keys 0..i+2
+    got = np.asarray(kernels.native_attention(q, k, v, 1.0, 2))  # query i sees keys 0..i+2
     for i in range(3):
         sub = [a[:, :, : i + 3] for a in (k, v)]
         want = np.asarray(mx.fast.scaled_dot_product_attention(q[:, :, i : i + 1], *sub, scale=1.0))
@@ -75,7 +96,7 @@ def test_long_spans_take_several_tiles() -> None:
     q = mx.array(rng.standard_normal((1, 9, 300, 64), dtype=np.float32))
     k, v = (mx.array(rng.standard_normal((1, 3, 5000, 64), dtype=np.float32)) for _ in range(2))
     inputs = (q, k, v, 0.125, 5000 - 300)
-    assert np.abs(np.asarray(fast_kernels.attention(*inputs)) - np.asarray(stock(*inputs))).max() <= TOLERANCE
+    assert np.abs(np.asarray(kernels.native_attention(*inputs)) - np.asarray(stock(*inputs))).max() <= TOLERANCE
 
 
 @needs_blas
@@ -116,7 +137,7 @@ def test_the_native_kernel_refuses_a_strided_last_axis() -> None:
 
 def test_fast_exp_matches_exp_to_float32_precision() -> None:
     x = mx.array(np.linspace(-87, 88, 200_001, dtype=np.float32))
-    rel = np.abs(np.asarray(fast_kernels.fast_exp(x)) / np.exp(np.asarray(x, np.float64)) - 1)
+    rel = np.abs(np.asarray(kernels.fast_exp(x)) / np.exp(np.asarray(x, np.float64)) - 1)
     assert rel.max() < 1e-6
 
 
@@ -127,7 +148,7 @@ def test_native_silu_product_equals_its_mlx_twin_and_nn_silu(shape, seed) -> Non
     rng = np.random.default_rng(seed)
     gate, up = (mx.array(8 * rng.standard_normal(shape, dtype=np.float32)) for _ in range(2))
     want = np.asarray(nn.silu(gate) * up)
-    for got in (fast_kernels.silu_product(gate, up), fast_kernels.mlx_silu_product(gate, up)):
+    for got in (kernels.native_silu_product(gate, up), kernels.mlx_silu_product(gate, up)):
         assert np.allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
 
 
@@ -142,19 +163,33 @@ def test_rope_tables_rotate_exactly_as_the_models_rope(traditional, dims) -> Non
     rope = nn.RoPE(dims, traditional=traditional, base=100000)
     x = mx.random.normal((1, 9, 37, 64), key=mx.random.key(3))
     positions = mx.array(np.random.default_rng(4).integers(0, 5000, 37).astype(np.int32))
-    tables = fast_kernels.RopeTables()
-    along_batch = rope(x.transpose(2, 1, 0, 3), offset=positions).transpose(2, 1, 0, 3)  # PositionalRoPE's way
-    for offset, want in ((4000, rope(x, offset=4000)), (positions, along_batch)):
+    tables = kernels.RopeTables()
+    along_batch = rope(x.transpose(2, 1, 0, 3), offset=positions).transpose(2, 1, 0, 3)
+    for offsets, want in ((mx.arange(4000, 4037), rope(x, offset=4000)), (positions, along_batch)):
         for _ in range(2):  # computed, then from the table
-            assert np.abs(np.asarray(tables.rotate(rope, x, offset)) - np.asarray(want)).max() <= 1e-6
+            assert np.abs(np.asarray(tables(rope, x, offsets)) - np.asarray(want)).max() <= 1e-6
 
 
-def test_rope_tables_leave_other_ropes_and_odd_calls_to_the_model() -> None:
+def test_rope_tables_leave_other_ropes_to_the_model() -> None:
     class ScaledRoPE(nn.RoPE):
-        pass
+        def __call__(self, x, offset=0):
+            return 2 * super().__call__(x, offset)
 
-    x = mx.zeros((1, 2, 5, 8))
-    tables = fast_kernels.RopeTables()
-    assert tables.rotate(ScaledRoPE(8), x, 0) is None
-    assert tables.rotate(nn.RoPE(8), x, mx.arange(4)) is None  # not one position per token
-    assert tables.rotate(nn.RoPE(8), x.astype(mx.float16), 0) is None
+    x = mx.random.normal((1, 2, 5, 8), key=mx.random.key(5))
+    positions = mx.arange(3, 8)
+    tables = kernels.RopeTables()
+    for rope, y in ((ScaledRoPE(8), x), (nn.RoPE(8), x.astype(mx.float16))):
+        want = np.asarray(kernels.stock_rope(rope, y, positions))
+        assert np.array_equal(np.asarray(tables(rope, y, positions)), want)
+    assert not tables._tables
+
+
+def test_backends_are_chosen_by_device_and_precision() -> None:
+    assert backends.choose("gpu", "float16", "float16").name == "mlx"
+    assert backends.choose("cpu", "float32", "float32", "mlx").name == "mlx"
+    with pytest.raises(ValueError, match="unknown kernel backend"):
+        backends.choose("cpu", "float32", "float32", "cuda")
+    with pytest.raises(ValueError, match="does not fit"):
+        backends.choose("gpu", "float16", "float16", "cpu-float32")
+    assert backends.choose("cpu", "float32", "float32").name == "cpu-float32"
+    assert backends.choose("cpu", "float32", "bfloat16").name == "cpu-bfloat16"
