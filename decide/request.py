@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .errors import InvalidRequest
+from .limits import MAX_OPTIONS
 
 Kind = Literal["predicate", "choice", "score"]
 KINDS: tuple[Kind, ...] = ("predicate", "choice", "score")
 
-MAX_OPTIONS = 255
 DEFAULT_FALSE = "The answer is no; the condition is false."
 DEFAULT_TRUE = "The answer is yes; the condition is true."
 

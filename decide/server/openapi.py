@@ -12,8 +12,18 @@ from functools import cache
 from typing import Any
 
 from .. import __version__
+from ..limits import (
+    JSON_MAX_BYTES,
+    JSON_MAX_DEPTH,
+    JSON_MAX_VALUES,
+    MAX_ID_LENGTH,
+    MAX_OPTIONS,
+    MAX_QUESTIONS,
+    MAX_TEXT,
+    OPENAI_MIN_OPTIONS,
+    SYSTEMONE_MAX_LEVELS,
+)
 
-MAX_TEXT = 1_048_576
 REF = "#/components/schemas/"
 
 
@@ -58,7 +68,7 @@ def _openai_parts() -> dict[str, dict]:
             ["type", "data"],
             type=_const("input_json"),
             data={
-                "description": "≤ 32 levels, ≤ 10,000 values, ≤ 256 KiB as compact JSON",
+                "description": f"≤ {JSON_MAX_DEPTH} levels, ≤ {JSON_MAX_VALUES:,} values, ≤ {JSON_MAX_BYTES // 1024} KiB as compact JSON",
                 "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
             },
         ),
@@ -147,14 +157,14 @@ def _openai_questions() -> dict[str, dict]:
                     type=_const("choice"),
                     instructions=instructions,
                     name=name,
-                    choices={"type": "array", "minItems": 2, "maxItems": 255, "items": choice},
+                    choices={"type": "array", "minItems": OPENAI_MIN_OPTIONS, "maxItems": MAX_OPTIONS, "items": choice},
                 ),
                 _obj(
                     ["type", "instructions", "levels"],
                     type=_const("score"),
                     instructions=instructions,
                     name=name,
-                    levels={"type": "array", "minItems": 2, "maxItems": 255, "items": level},
+                    levels={"type": "array", "minItems": OPENAI_MIN_OPTIONS, "maxItems": MAX_OPTIONS, "items": level},
                 ),
             ]
         }
@@ -169,10 +179,10 @@ def _openai_bodies() -> dict[str, dict]:
         ["model", "input", "questions"],
         model={"type": "string"},
         input={"anyOf": [_text(), {"type": "array", "minItems": 1, "items": {"anyOf": [_ref(i) for i in items]}}]},
-        questions={"type": "array", "minItems": 1, "maxItems": 400, "items": _ref("Question")},
-        prompt_cache_key=_nullable({"type": "string", "maxLength": 64}),
+        questions={"type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS, "items": _ref("Question")},
+        prompt_cache_key=_nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
         prompt_cache_options=cache_options,
-        safety_identifier=_nullable({"type": "string", "maxLength": 64}),
+        safety_identifier=_nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
     )
     p = {"type": "number", "minimum": 0, "maximum": 1}
     name = {"type": ["string", "null"]}
@@ -262,7 +272,7 @@ def _systemone() -> dict[str, dict]:
                 criteria={
                     "type": "object",
                     "minProperties": 1,
-                    "maxProperties": 255,
+                    "maxProperties": MAX_OPTIONS,
                     "additionalProperties": instructions,
                 },
             ),
@@ -270,7 +280,7 @@ def _systemone() -> dict[str, dict]:
                 ["type", "criteria"],
                 type=_const("score"),
                 instructions=instructions,
-                criteria={"type": "array", "minItems": 1, "maxItems": 10, "items": _SO_TEXT},
+                criteria={"type": "array", "minItems": 1, "maxItems": SYSTEMONE_MAX_LEVELS, "items": _SO_TEXT},
             ),
         ]
     }
@@ -285,7 +295,12 @@ def _systemone() -> dict[str, dict]:
         ["model", "state", "questions"],
         model={"type": "string", "examples": ["jev-latest"]},
         state=_SO_TEXT,
-        questions={"type": "object", "minProperties": 1, "maxProperties": 400, "additionalProperties": question},
+        questions={
+            "type": "object",
+            "minProperties": 1,
+            "maxProperties": MAX_QUESTIONS,
+            "additionalProperties": question,
+        },
         assets={
             "type": ["object", "null"],
             "minProperties": 1,

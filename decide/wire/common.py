@@ -17,10 +17,9 @@ import zstandard
 from werkzeug.http import parse_options_header
 from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDecoder, NeedData
 
+from ..limits import MAX_BODY_BYTES, MAX_QUESTIONS
 from ..request import Part, Text
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-DEFAULT_MAX_QUESTIONS = 400
 _READ_CHUNK = 1 << 20
 
 
@@ -82,14 +81,14 @@ class Limits:
     are then rejected. With it, parsing may do network I/O; tests leave it None.
     """
 
-    max_questions: int = DEFAULT_MAX_QUESTIONS
+    max_questions: int = MAX_QUESTIONS
     fetch_image: Callable[[str], bytes] | None = None
 
 
 # ---------------------------------------------------------------- body decoding
 
 
-def decode_body(raw: bytes, content_encoding: str | None, cap: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+def decode_body(raw: bytes, content_encoding: str | None, cap: int = MAX_BODY_BYTES) -> bytes:
     """Undo `Content-Encoding` (identity or zstd, in any stacking), refusing to grow past `cap`."""
     codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
     unknown = [c for c in codings if c not in ("identity", "zstd")]

@@ -13,19 +13,20 @@ from typing import Any
 
 from ..answers import Decision
 from ..errors import InvalidRequest
+from ..limits import (
+    JSON_MAX_BYTES,
+    JSON_MAX_DEPTH,
+    JSON_MAX_VALUES,
+    MAX_ID_LENGTH,
+    MAX_IMAGES,
+    MAX_OPTIONS,
+    MAX_QUESTIONS,
+    MAX_TEXT,
+    OPENAI_MIN_OPTIONS,
+)
 from ..request import DecisionRequest, Image, Option, Part, Question, Text
 from . import images
 from .common import JSONShapeError, Limits, check_distribution, check_json_value, compact_json, join_blocks, merge_texts
-
-MAX_QUESTIONS = 400
-MAX_CHOICES = 255
-MAX_LEVELS = 255
-MAX_IMAGES = 128
-MAX_TEXT = 1_048_576
-MAX_ID_LENGTH = 64
-JSON_MAX_DEPTH = 32
-JSON_MAX_VALUES = 10_000
-JSON_MAX_BYTES = 256 * 1024
 
 QUESTION_TYPES = ("predicate", "choice", "score")
 ROLES = ("user", "developer", "system", "assistant")
@@ -302,7 +303,7 @@ class _Parser:
         return text, attachments
 
     def choices(self, q: dict, path: tuple) -> tuple[Option, ...]:
-        raw = _array(q, "choices", path, 2, MAX_CHOICES)
+        raw = _array(q, "choices", path, OPENAI_MIN_OPTIONS, MAX_OPTIONS)
         seen: set[tuple[type, Any]] = set()
         options = []
         for j, c in enumerate(raw):
@@ -322,7 +323,7 @@ class _Parser:
         return tuple(options)
 
     def levels(self, q: dict, path: tuple) -> tuple[Option, ...]:
-        raw = _array(q, "levels", path, 2, MAX_LEVELS)
+        raw = _array(q, "levels", path, OPENAI_MIN_OPTIONS, MAX_OPTIONS)
         options = []
         for j, level in enumerate(raw):
             where = (*path, "levels", j)

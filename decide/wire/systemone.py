@@ -15,6 +15,7 @@ from typing import Any
 
 from ..answers import Decision
 from ..errors import InvalidRequest
+from ..limits import MAX_OPTIONS, MAX_PLACEHOLDER_BYTES, SYSTEMONE_MAX_DEPTH, SYSTEMONE_MAX_LEVELS
 from ..request import DEFAULT_FALSE, DEFAULT_TRUE, DecisionRequest, Image, Option, Part, Question, Text
 from . import images
 from .common import (
@@ -28,10 +29,6 @@ from .common import (
     merge_texts,
 )
 
-MAX_CHOICES = 255
-MAX_LEVELS = 10
-MAX_DEPTH = 64
-MAX_PLACEHOLDER_BYTES = 1024
 QUESTION_TYPES = ("noul", "choice", "score", "box")
 ASSET_FORMATS = ("png", "jpg", "jpeg")
 KIND = {"noul": "predicate", "choice": "choice", "score": "score"}
@@ -120,7 +117,7 @@ class _Validator:
             return True
         if isinstance(value, (dict, list)):
             try:
-                check_json_value(value, MAX_DEPTH)
+                check_json_value(value, SYSTEMONE_MAX_DEPTH)
                 return True
             except JSONShapeError as e:
                 self.error([*loc, *e.path], "value_error", f"Value error, {e.message}")
@@ -205,7 +202,7 @@ class _Validator:
         criteria = q["criteria"]
         if not isinstance(criteria, dict):
             return self.error(loc, "dict_type")
-        if self.count(len(criteria), 1, MAX_CHOICES, loc, "Dictionary"):
+        if self.count(len(criteria), 1, MAX_OPTIONS, loc, "Dictionary"):
             for name, description in criteria.items():
                 self.text(description, [*loc, name])
 
@@ -215,7 +212,7 @@ class _Validator:
         criteria = q["criteria"]
         if not isinstance(criteria, list):
             return self.error(loc, "list_type")
-        if self.count(len(criteria), 1, MAX_LEVELS, loc, "List"):
+        if self.count(len(criteria), 1, SYSTEMONE_MAX_LEVELS, loc, "List"):
             for i, level in enumerate(criteria):
                 self.text(level, [*loc, i], nullable=False)
 
