@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .request import Option, Question
+if TYPE_CHECKING:  # the request model imports the kinds, which import the statistics below
+    from .request import Option, Question
 
 
 def softmax(log_likelihoods: Sequence[float]) -> np.ndarray:
@@ -67,21 +69,15 @@ class Answer:
     @property
     def probability(self) -> float:
         """P(true) for a predicate; the top probability otherwise."""
-        if self.kind == "predicate":
-            return self.probabilities[1]
-        return max(self.probabilities)
+        return self.question.spec.probability(self.probabilities)
 
     @property
     def confidence(self) -> float | None:
-        if self.kind == "choice":
-            return choice_confidence(self.probabilities)
-        if self.kind == "score":
-            return score_confidence(self.probabilities)
-        return None
+        return self.question.spec.confidence(self.probabilities)
 
     @property
     def score(self) -> float | None:
-        return expected_score(self.probabilities) if self.kind == "score" else None
+        return self.question.spec.score(self.probabilities)
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,7 @@ def json_value(value: str | bool) -> str:
 
 
 def question_block(q: Question) -> str:
-    header = "Allowed answers (ordered from lowest to highest):" if q.kind == "score" else "Allowed answers:"
-    lines = ["Evaluate the preceding input.", f"Question: {q.instructions}", header]
+    lines = ["Evaluate the preceding input.", f"Question: {q.instructions}", q.spec.header]
     for o in q.options:
         lines.append(f"{json_value(o.value)} \u2014 {o.description}" if o.description else json_value(o.value))
     lines.append("Answer with exactly one of the JSON values above. Do not explain.")

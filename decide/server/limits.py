@@ -6,13 +6,11 @@ may lower the option and image caps here (DECIDE_MAX_OPTIONS, DECIDE_MAX_IMAGES)
 
 from __future__ import annotations
 
+from .. import kinds
 from ..errors import InvalidRequest
 from ..request import DecisionRequest
-from ..wire import systemone
+from ..wire import openai, systemone
 from .config import ServerConfig
-
-_OPENAI_FIELD = {"choice": "choices", "score": "levels", "predicate": "choices"}
-_SYSTEMONE_TYPE = {"choice": "choice", "score": "score", "predicate": "noul"}
 
 
 def _too_many_options(request: DecisionRequest, cap: int) -> tuple[int, int] | None:
@@ -26,7 +24,7 @@ def check_openai(request: DecisionRequest, config: ServerConfig) -> None:
     """400 `array_above_max_length` with the offending field as `param`."""
     if hit := _too_many_options(request, config.max_options):
         i, n = hit
-        field = _OPENAI_FIELD[request.questions[i].kind]
+        field = kinds.by_form(openai.FORMS, request.questions[i].spec).field
         raise InvalidRequest(
             f"array too long. This server takes at most {config.max_options} {field}, got {n}.",
             ("questions", i, field),
@@ -44,7 +42,7 @@ def check_systemone(request: DecisionRequest, ids: tuple[str, ...], config: Serv
     """422 `too_long` at the question's criteria, or at `assets` for images."""
     if hit := _too_many_options(request, config.max_options):
         i, n = hit
-        loc = ["questions", ids[i], _SYSTEMONE_TYPE[request.questions[i].kind], "criteria"]
+        loc = ["questions", ids[i], request.questions[i].spec.wire["systemone"], "criteria"]
         msg = f"this server takes at most {config.max_options} options per question, not {n}"
         raise systemone.ValidationFailed([systemone.entry(loc, "too_long", msg, {"max_length": config.max_options})])
     if (n := len(request.images)) > config.max_images:

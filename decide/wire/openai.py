@@ -7,12 +7,14 @@ to text per contract §6.12; names never reach the request.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..answers import Decision
+from .. import kinds
+from ..answers import Answer, Decision
 from ..errors import InvalidRequest
+from ..kinds import Choice, Predicate, QuestionKind, Score
 from ..limits import (
     JSON_MAX_BYTES,
     JSON_MAX_DEPTH,
@@ -24,11 +26,10 @@ from ..limits import (
     MAX_TEXT,
     OPENAI_MIN_OPTIONS,
 )
-from ..request import DecisionRequest, Image, Option, Part, Question, Text
+from ..request import DEFAULT_FALSE, DEFAULT_TRUE, DecisionRequest, Image, Option, Part, Question, Text
 from . import images
 from .common import JSONShapeError, Limits, check_distribution, check_json_value, compact_json, join_blocks, merge_texts
 
-QUESTION_TYPES = ("predicate", "choice", "score")
 ROLES = ("user", "developer", "system", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
 DETAILS = ("low", "high", "auto", "original")
@@ -279,18 +280,12 @@ class _Parser:
     # -- questions
     def question(self, raw: Any, path: tuple) -> tuple[Question, str | None]:
         q = _object(raw, path)
-        kind = _enum(q, "type", path, QUESTION_TYPES, required=True, nullable=False)
+        known = kinds.on_wire("openai")
+        spec = known[_enum(q, "type", path, tuple(known), required=True, nullable=False)]
         name = _get(q, "name", path, (str,), required=False, nullable=True)
         instructions, attachments = self.instructions(q, path)
-        if kind == "predicate":
-            question = _build(lambda: Question.predicate(instructions, attachments=attachments), path)
-        elif kind == "choice":
-            options = self.choices(q, path)
-            question = _build(lambda: Question("choice", instructions, options, attachments), path)
-        else:
-            options = self.levels(q, path)
-            question = _build(lambda: Question("score", instructions, options, attachments), path)
-        return question, name
+        options = kinds.by_form(FORMS, spec).read(q, path)
+        return _build(lambda: Question(spec.name, instructions, options, attachments), path), name
 
     def instructions(self, q: dict, path: tuple) -> tuple[str, tuple[Part, ...]]:
         raw = _text_or_array(q, "instructions", path)
@@ -302,35 +297,41 @@ class _Parser:
         attachments = merge_texts(x for k, img in enumerate(pictures, 1) for x in (Text(f"Image reference: {k}"), img))
         return text, attachments
 
-    def choices(self, q: dict, path: tuple) -> tuple[Option, ...]:
-        raw = _array(q, "choices", path, OPENAI_MIN_OPTIONS, MAX_OPTIONS)
-        seen: set[tuple[type, Any]] = set()
-        options = []
-        for j, c in enumerate(raw):
-            where = (*path, "choices", j)
-            c = _object(c, where)
-            value = _get(c, "value", where, (str, bool))
-            if isinstance(value, str) and len(value) > MAX_TEXT:
-                raise _fail(
-                    "string_above_max_length",
-                    (*where, "value"),
-                    f"string too long. Expected at most {MAX_TEXT} characters.",
-                )
-            if (type(value), value) in seen:
-                raise _fail("invalid_value", (*where, "value"), f"duplicate choice value {value!r}.")
-            seen.add((type(value), value))
-            options.append(Option(value, _text(c, "description", where, required=False, nullable=True)))
-        return tuple(options)
 
-    def levels(self, q: dict, path: tuple) -> tuple[Option, ...]:
-        raw = _array(q, "levels", path, OPENAI_MIN_OPTIONS, MAX_OPTIONS)
-        options = []
-        for j, level in enumerate(raw):
-            where = (*path, "levels", j)
-            level = _object(level, where)
-            label = _text(level, "label", where)
-            options.append(Option(label, _text(level, "description", where, required=False, nullable=True)))
-        return tuple(options)
+def _yes_no(q: dict, path: tuple) -> tuple[Option, ...]:
+    return (Option(False, DEFAULT_FALSE), Option(True, DEFAULT_TRUE))
+
+
+def _choices(q: dict, path: tuple) -> tuple[Option, ...]:
+    raw = _array(q, "choices", path, OPENAI_MIN_OPTIONS, MAX_OPTIONS)
+    seen: set[tuple[type, Any]] = set()
+    options = []
+    for j, c in enumerate(raw):
+        where = (*path, "choices", j)
+        c = _object(c, where)
+        value = _get(c, "value", where, (str, bool))
+        if isinstance(value, str) and len(value) > MAX_TEXT:
+            raise _fail(
+                "string_above_max_length",
+                (*where, "value"),
+                f"string too long. Expected at most {MAX_TEXT} characters.",
+            )
+        if (type(value), value) in seen:
+            raise _fail("invalid_value", (*where, "value"), f"duplicate choice value {value!r}.")
+        seen.add((type(value), value))
+        options.append(Option(value, _text(c, "description", where, required=False, nullable=True)))
+    return tuple(options)
+
+
+def _levels(q: dict, path: tuple) -> tuple[Option, ...]:
+    raw = _array(q, "levels", path, OPENAI_MIN_OPTIONS, MAX_OPTIONS)
+    options = []
+    for j, level in enumerate(raw):
+        where = (*path, "levels", j)
+        level = _object(level, where)
+        label = _text(level, "label", where)
+        options.append(Option(label, _text(level, "description", where, required=False, nullable=True)))
+    return tuple(options)
 
 
 def json_text(part: dict, path: tuple) -> str:
@@ -373,32 +374,51 @@ def render(decision: Decision, parsed: Parsed) -> dict:
     return {"model": decision.model, "answers": answers, "usage": _usage(decision)}
 
 
-def _answer(answer, name: str | None, index: int) -> dict:
+def _answer(answer: Answer, name: str | None, index: int) -> dict:
     p = [float(x) for x in answer.probabilities]
     check_distribution(p, f"questions[{index}]")
-    kind = answer.kind
-    if kind == "predicate":
-        return {"type": "predicate", "name": name, "probability": p[1]}
+    spec = answer.question.spec
+    return {"type": spec.wire["openai"], "name": name, **kinds.by_form(FORMS, spec).answer(answer, p)}
+
+
+def _predicate_answer(answer: Answer, p: list[float]) -> dict:
+    return {"probability": answer.question.spec.probability(p)}
+
+
+def _choice_answer(answer: Answer, p: list[float]) -> dict:
     options = answer.question.options
-    if kind == "choice":
-        probabilities = [{"value": o.value, "probability": pi} for o, pi in zip(options, p, strict=True)]
-        return {
-            "type": "choice",
-            "name": name,
-            "choice": answer.best.value,
-            "confidence": answer.confidence,
-            "probabilities": probabilities,
-        }
-    probabilities = [
-        {"value": i, "label": o.value, "probability": pi} for i, (o, pi) in enumerate(zip(options, p, strict=True))
-    ]
     return {
-        "type": "score",
-        "name": name,
+        "choice": answer.best.value,
+        "confidence": answer.confidence,
+        "probabilities": [{"value": o.value, "probability": pi} for o, pi in zip(options, p, strict=True)],
+    }
+
+
+def _score_answer(answer: Answer, p: list[float]) -> dict:
+    options = answer.question.options
+    return {
         "score": answer.score,
         "confidence": answer.confidence,
-        "probabilities": probabilities,
+        "probabilities": [
+            {"value": i, "label": o.value, "probability": pi} for i, (o, pi) in enumerate(zip(options, p, strict=True))
+        ],
     }
+
+
+@dataclass(frozen=True)
+class Form:
+    """How a kind's options and answer look on this protocol; a kind uses its nearest base's."""
+
+    field: str  # the array of a question that holds its options (what a server cap names)
+    read: Callable[[dict, tuple], tuple[Option, ...]]
+    answer: Callable[[Answer, list[float]], dict]
+
+
+FORMS: dict[type[QuestionKind], Form] = {
+    Predicate: Form("choices", _yes_no, _predicate_answer),
+    Choice: Form("choices", _choices, _choice_answer),
+    Score: Form("levels", _levels, _score_answer),
+}
 
 
 def _usage(decision: Decision) -> dict:

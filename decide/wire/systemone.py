@@ -9,12 +9,14 @@ Question ids and choice names are keys: they are never scanned for assets nor re
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Decision
+from .. import kinds
+from ..answers import Answer, Decision
 from ..errors import InvalidRequest
+from ..kinds import Choice, Predicate, QuestionKind, Score
 from ..limits import MAX_OPTIONS, MAX_PLACEHOLDER_BYTES, SYSTEMONE_MAX_DEPTH, SYSTEMONE_MAX_LEVELS
 from ..request import DEFAULT_FALSE, DEFAULT_TRUE, DecisionRequest, Image, Option, Part, Question, Text
 from . import images
@@ -29,10 +31,8 @@ from .common import (
     merge_texts,
 )
 
-QUESTION_TYPES = ("noul", "choice", "score", "box")
+UNSERVED_TYPES = ("box",)  # valid System One question types this text-scoring server refuses (400)
 ASSET_FORMATS = ("png", "jpg", "jpeg")
-KIND = {"noul": "predicate", "choice": "choice", "score": "score"}
-WIRE_TYPE = {"predicate": "noul", "choice": "choice", "score": "score"}
 
 MESSAGES = {
     "missing": "Field required",
@@ -170,8 +170,9 @@ class _Validator:
         kind = q.get("type")
         if kind is None:
             return self.error(at, "union_tag_not_found")
-        if kind not in QUESTION_TYPES:
-            tags = ", ".join(f"'{t}'" for t in QUESTION_TYPES)
+        known = kinds.on_wire("systemone")
+        if kind not in (*known, *UNSERVED_TYPES):
+            tags = ", ".join(f"'{t}'" for t in (*known, *UNSERVED_TYPES))
             return self.error(
                 at,
                 "union_tag_invalid",
@@ -180,14 +181,11 @@ class _Validator:
         at = [*at, kind]
         if "instructions" in q:
             self.text(q["instructions"], [*at, "instructions"])
-        if kind == "noul":
-            self.noul_criteria(q.get("criteria"), [*at, "criteria"])
-        elif kind == "choice":
-            self.choice_criteria(q, [*at, "criteria"])
-        elif kind == "score":
-            self.score_criteria(q, [*at, "criteria"])
+        if kind in known:
+            kinds.by_form(FORMS, known[kind]).validate(self, q, [*at, "criteria"])
 
-    def noul_criteria(self, criteria: Any, loc: list) -> None:
+    def noul_criteria(self, q: dict, loc: list) -> None:
+        criteria = q.get("criteria")
         if criteria is None:
             return
         if not isinstance(criteria, dict):
@@ -340,7 +338,8 @@ def _question_values(q: Any) -> list:
     if not isinstance(q, dict):
         return []
     criteria = q.get("criteria")
-    if isinstance(criteria, dict) and q.get("type") == "noul":
+    spec = kinds.on_wire("systemone").get(q.get("type"))
+    if isinstance(criteria, dict) and isinstance(spec, Predicate):
         values = [criteria[side] for side in ("true", "false") if side in criteria]
     elif isinstance(criteria, dict):
         values = list(criteria.values())
@@ -384,19 +383,27 @@ def _side(criteria: dict, side: str, default: str) -> str | None:
 
 
 def _question(q: dict, assets: Mapping[str, Image], scanner: _Placeholders) -> tuple[Question, tuple | None]:
-    kind = q["type"]
+    spec = kinds.on_wire("systemone")[q["type"]]
     instructions = "" if q.get("instructions") is None else as_text(q["instructions"])
-    attachments = _attachments(scanner.find(_question_values(q), []), assets)
-    if kind == "noul":
-        criteria = q.get("criteria") or {}
-        true, false = _side(criteria, "true", DEFAULT_TRUE), _side(criteria, "false", DEFAULT_FALSE)
-        return Question.predicate(instructions, true=true, false=false, attachments=attachments), None
-    if kind == "choice":
-        options = [Option(name, None if d is None else as_text(d)) for name, d in q["criteria"].items()]
-        return Question("choice", instructions, tuple(options), tuple(attachments)), None
+    attachments = tuple(_attachments(scanner.find(_question_values(q), []), assets))
+    options, legend = kinds.by_form(FORMS, spec).build(q)
+    return Question(spec.name, instructions, options, attachments), legend
+
+
+def _sides(q: dict) -> tuple[tuple[Option, ...], None]:
+    criteria = q.get("criteria") or {}
+    true, false = _side(criteria, "true", DEFAULT_TRUE), _side(criteria, "false", DEFAULT_FALSE)
+    return (Option(False, false), Option(True, true)), None
+
+
+def _named(q: dict) -> tuple[tuple[Option, ...], None]:
+    return tuple(Option(name, None if d is None else as_text(d)) for name, d in q["criteria"].items()), None
+
+
+def _levels(q: dict) -> tuple[tuple[Option, ...], tuple]:
+    """Levels as labels (an empty one is named by its index); the levels as sent are the legend."""
     levels = q["criteria"]
-    options = [Option(as_text(level) if level != "" else str(i)) for i, level in enumerate(levels)]
-    return Question("score", instructions, tuple(options), tuple(attachments)), tuple(levels)
+    return tuple(Option(as_text(level) if level != "" else str(i)) for i, level in enumerate(levels)), tuple(levels)
 
 
 def _input(state: Any, assets: Mapping[str, Image], scanner: _Placeholders) -> tuple[Part, ...]:
@@ -415,9 +422,10 @@ def parse(body: Any, *, parts: Mapping[str, bytes] | None = None, limits: Limits
         v.errors += _check_references(body, v.assets, _Placeholders(v.assets))
     if v.errors:
         raise ValidationFailed(v.errors)
-    boxes = [qid for qid, q in body["questions"].items() if q["type"] == "box"]
-    if boxes:
-        raise UsageError(f"box questions are not supported by this text-scoring server (question {boxes[0]!r})")
+    unserved = [(qid, q["type"]) for qid, q in body["questions"].items() if q["type"] in UNSERVED_TYPES]
+    if unserved:
+        qid, kind = unserved[0]
+        raise UsageError(f"{kind} questions are not supported by this text-scoring server (question {qid!r})")
     scanner = _Placeholders(v.assets)
     built = [_question(q, v.assets, scanner) for q in body["questions"].values()]
     try:
@@ -439,26 +447,48 @@ def render(decision: Decision, parsed: Parsed) -> dict:
     return {"model": decision.model, "answers": answers, "usage": usage}
 
 
-def _answer(answer, legend: tuple | None, qid: str) -> dict:
+def _answer(answer: Answer, legend: tuple | None, qid: str) -> dict:
     p = [float(x) for x in answer.probabilities]
     check_distribution(p, f"question {qid!r}")
-    if answer.kind == "predicate":
-        return {"type": "noul", "noul": p[1]}
-    if answer.kind == "choice":
-        probabilities = {o.value: pi for o, pi in zip(answer.question.options, p, strict=True)}
-        return {
-            "type": "choice",
-            "choice": answer.best.value,
-            "confidence": answer.confidence,
-            "probabilities": probabilities,
-        }
+    spec = answer.question.spec
+    return {"type": spec.wire["systemone"], **kinds.by_form(FORMS, spec).answer(answer, p, legend)}
+
+
+def _noul_answer(answer: Answer, p: list[float], legend: tuple | None) -> dict:
+    return {"noul": answer.question.spec.probability(p)}
+
+
+def _choice_answer(answer: Answer, p: list[float], legend: tuple | None) -> dict:
     return {
-        "type": "score",
+        "choice": answer.best.value,
+        "confidence": answer.confidence,
+        "probabilities": {o.value: pi for o, pi in zip(answer.question.options, p, strict=True)},
+    }
+
+
+def _score_answer(answer: Answer, p: list[float], legend: tuple | None) -> dict:
+    return {
         "score": answer.score,
         "confidence": answer.confidence,
-        "legend": {str(i): level for i, level in enumerate(legend)},
+        "legend": {str(i): level for i, level in enumerate(legend or ())},
         "probabilities": {str(i): pi for i, pi in enumerate(p)},
     }
+
+
+@dataclass(frozen=True)
+class Form:
+    """How a kind's criteria and answer look on this protocol; a kind uses its nearest base's."""
+
+    validate: Callable[[_Validator, dict, list], None]  # records the criteria's problems at loc
+    build: Callable[[dict], tuple[tuple[Option, ...], tuple | None]]  # valid criteria → options, legend
+    answer: Callable[[Answer, list[float], tuple | None], dict]
+
+
+FORMS: dict[type[QuestionKind], Form] = {
+    Predicate: Form(_Validator.noul_criteria, _sides, _noul_answer),
+    Choice: Form(_Validator.choice_criteria, _named, _choice_answer),
+    Score: Form(_Validator.score_criteria, _levels, _score_answer),
+}
 
 
 def error_body(error_type: str, message: str) -> dict:
