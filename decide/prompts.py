@@ -12,8 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import UnsupportedInput
-from .request import DecisionRequest, Image, Part, Question, Text
+from .request import DecisionRequest, Image, Part, Question, Text, refuse_images
 
 _MARKER = "\u2063decide-ending-marker\u2063"
 
@@ -42,8 +41,7 @@ def question_block(q: Question) -> str:
 def user_turn(input: tuple[Part, ...], q: Question) -> str:
     """The user turn's text. Only text models are served: an image here is a caller error."""
     parts = (*input, Text("\n\n" + question_block(q)), *q.attachments)
-    if any(isinstance(p, Image) for p in parts):
-        raise UnsupportedInput("this model reads text only; remove the images from the request")
+    refuse_images([((), p) for p in parts if isinstance(p, Image)], "this model")
     return "".join(p.text for p in parts)  # type: ignore[union-attr]
 
 

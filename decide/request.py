@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import kinds
-from .errors import InvalidRequest
+from .errors import InvalidRequest, UnsupportedInput
 from .kinds import QuestionKind
 from .limits import MAX_OPTIONS
 
@@ -121,6 +121,15 @@ class DecisionRequest:
                 if isinstance(p, Image)
             ]
         return found
+
+
+def refuse_images(images: Sequence[tuple[tuple, Image]], reader: str) -> None:
+    """Images for a reader of text only (`reader`: "model X"): the first one's path names the mistake."""
+    if images:
+        path, _ = images[0]
+        raise UnsupportedInput(
+            f"{reader} reads text only and cannot take images; remove them or serve a vision model", path
+        )
 
 
 def _as_option(o: str | bool | Option | tuple) -> Option:

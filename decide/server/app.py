@@ -23,7 +23,6 @@ from typing import Any
 from flask import Flask, Response, current_app, g, request
 
 from ..answers import Decision
-from ..errors import UnsupportedInput
 from ..request import DecisionRequest
 from ..wire import openai, systemone
 from ..wire.common import (
@@ -89,6 +88,10 @@ def create_app(
     """The WSGI app. Without a decider, `load` (default: Decider.load(config.model)) runs in the
     engine thread; with background_load off it runs here, so a bad model fails at start-up."""
     config = config or ServerConfig.from_env()
+    if config.tune_malloc:
+        # Here, not in gunicorn's post_fork: this runs in every way the app is served (a gunicorn
+        # worker after the fork, `flask run`, tests), before the engine and request threads start.
+        tame_malloc()
     load = load or _loader(config)
     if decider is None and not config.background_load:
         decider = load()
@@ -117,13 +120,10 @@ def create_app(
 def _loader(config: ServerConfig) -> Callable[[], DeciderLike]:
     def load() -> DeciderLike:
         from ..core import Decider, DeciderOptions
-        from ..scoring.trie import TrieOptions
 
-        if config.tune_malloc:
-            tame_malloc()
         options = None
         if config.prefix_cache_bytes is not None:
-            options = DeciderOptions(trie=TrieOptions(cache_bytes=config.prefix_cache_bytes))
+            options = DeciderOptions().with_prefix_cache(config.prefix_cache_bytes)
         decider = Decider.load(config.model, options)
         cap_mlx_cache(config.mlx_cache_bytes)
         return decider
@@ -324,11 +324,6 @@ def _decide(req: DecisionRequest) -> Decision:
     for the engine. The deadline bounds the wait in the queue, not the compute."""
     state = _state()
     engine = state.engine
-    decider = engine.ready_decider()
-    found = req.images
-    if found and not decider.supports_images:
-        path, _ = found[0]
-        raise UnsupportedInput(f"model {decider.model_id} reads text only and cannot take images", path)
     g.obs["questions"] = len(req.questions)
     work = engine.prepare(req)
     if work.exact and work.tokens > state.config.max_request_tokens:

@@ -365,6 +365,12 @@ def parse(body: Any, *, limits: Limits | None = None) -> Parsed:
     return _Parser(limits or Limits()).parse(body)
 
 
+def decide(decider: Any, body: Any) -> dict:
+    """A OpenAI Decisions body in, its response body out, answered by `decider` (a decide.Decider)."""
+    parsed = parse(body)
+    return render(decider.decide(parsed.request), parsed)
+
+
 # ---------------------------------------------------------------- rendering
 
 

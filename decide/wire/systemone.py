@@ -435,6 +435,12 @@ def parse(body: Any, *, parts: Mapping[str, bytes] | None = None, limits: Limits
     return Parsed(request, tuple(body["questions"]), tuple(legend for _, legend in built), body["model"])
 
 
+def decide(decider: Any, body: Any) -> dict:
+    """A TypeSafe System One body in, its response body out, answered by `decider` (a decide.Decider)."""
+    parsed = parse(body)
+    return render(decider.decide(parsed.request), parsed)
+
+
 # ---------------------------------------------------------------- rendering
 
 
