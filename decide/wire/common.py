@@ -29,12 +29,12 @@ _READ_CHUNK = 1 << 20
 class WireError(Exception):
     """A problem with the HTTP body itself, before either protocol looks at it.
 
-    `code` is the OpenAI `error.code`, `error_type` the System One `detail.error_type`.
+    `code` is a stable reason for programs, `category` what kind of failure (see protocol.Problem).
     """
 
     status = 400
     code: str | None = None
-    error_type = "api_usage_error"
+    category = "invalid"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -44,19 +44,19 @@ class WireError(Exception):
 class BodyTooLarge(WireError):
     status = 413
     code = "request_too_large"
-    error_type = "request_too_large"
+    category = "too_large"
 
 
 class UnsupportedEncoding(WireError):
     status = 415
     code = "unsupported_content_encoding"
-    error_type = "unsupported_media_type"
+    category = "media_type"
 
 
 class UnsupportedMediaType(WireError):
     status = 415
     code = "unsupported_media_type"
-    error_type = "unsupported_media_type"
+    category = "media_type"
 
 
 class MalformedBody(WireError):

@@ -28,7 +28,17 @@ from ..limits import (
 )
 from ..request import DEFAULT_FALSE, DEFAULT_TRUE, DecisionRequest, Image, Option, Part, Question, Text
 from . import images
-from .common import JSONShapeError, Limits, check_distribution, check_json_value, compact_json, join_blocks, merge_texts
+from .common import (
+    JSONShapeError,
+    Limits,
+    check_distribution,
+    check_json_value,
+    compact_json,
+    join_blocks,
+    loads_object,
+    merge_texts,
+)
+from .protocol import Problem, Protocol, UnknownModel
 
 ROLES = ("user", "developer", "system", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
@@ -442,7 +452,60 @@ def _usage(decision: Decision) -> dict:
     }
 
 
-def error_body(
-    message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
-) -> dict:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+def check_caps(parsed: Parsed, max_options: int, max_images: int) -> None:
+    """The server's own caps (lower than the protocol's): 400 `array_above_max_length` at the field."""
+    request = parsed.request
+    for i, q in enumerate(request.questions):
+        if (n := len(q.options)) > max_options:
+            field = kinds.by_form(FORMS, q.spec).field
+            raise InvalidRequest(
+                f"array too long. This server takes at most {max_options} {field}, got {n}.",
+                ("questions", i, field),
+                "array_above_max_length",
+            )
+    if (n := len(request.images)) > max_images:
+        raise InvalidRequest(
+            f"too many images. This server takes at most {max_images} per request, got {n}.",
+            ("input",),
+            "array_above_max_length",
+        )
+
+
+_ERROR_TYPES = {"rate_limit": "rate_limit_error", "unavailable": "server_error", "internal": "server_error"}
+
+
+def error_body(problem: Problem) -> dict:
+    kind = _ERROR_TYPES.get(problem.category, "invalid_request_error")
+    return {"error": {"message": problem.message, "type": kind, "param": problem.param, "code": problem.code}}
+
+
+def _problem(exc: BaseException) -> Problem | None:
+    if isinstance(exc, UnknownModel):
+        return Problem(404, str(exc), "model_not_found", "model")
+    return None
+
+
+PROTOCOL = Protocol(
+    title="OpenAI Decisions",
+    path="/v1/decisions",
+    operation_id="createDecision",
+    summary="OpenAI Decisions: probabilities for typed questions about an input",
+    read=lambda raw, content_type: (loads_object(raw), None),
+    parse=lambda body, parts, limits: parse(body, limits=limits),
+    check_caps=check_caps,
+    render=render,
+    problem=_problem,
+    error_body=error_body,
+    errors={
+        "400": "invalid request (code and param say where), context length exceeded, token budget exceeded",
+        "401": "missing or wrong API key (auth on)",
+        "403": "Host or Origin not allowed",
+        "404": "unknown model (strict mode)",
+        "413": "body over the size cap (after zstd decoding too)",
+        "415": "unsupported Content-Encoding",
+        "429": "queue full: retry after Retry-After seconds",
+        "431": "too many or too large request headers",
+        "500": "model or runtime failure",
+        "503": "model loading, or the request waited past its deadline: retry after Retry-After seconds",
+    },
+)

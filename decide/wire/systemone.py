@@ -24,12 +24,17 @@ from .common import (
     FormPart,
     JSONShapeError,
     Limits,
+    MalformedBody,
+    UnsupportedMediaType,
     check_distribution,
     check_json_value,
     compact_json,
+    is_multipart,
     loads_strict,
     merge_texts,
+    parse_multipart,
 )
+from .protocol import Problem, Protocol, Unauthorized
 
 UNSERVED_TYPES = ("box",)  # valid System One question types this text-scoring server refuses (400)
 ASSET_FORMATS = ("png", "jpg", "jpeg")
@@ -497,9 +502,93 @@ FORMS: dict[type[QuestionKind], Form] = {
 }
 
 
-def error_body(error_type: str, message: str) -> dict:
-    return {"detail": {"error_type": error_type, "message": message}}
+def read(raw: bytes, content_type: str) -> tuple[Any, dict[str, bytes] | None]:
+    """A JSON body, or a multipart one: its `request` part's JSON and its image parts."""
+    if is_multipart(content_type):
+        return split_form(parse_multipart(raw, content_type))
+    if content_type.strip().lower().startswith("multipart/"):
+        raise UnsupportedMediaType(
+            f"unsupported Content-Type {content_type!r}; send application/json or multipart/form-data"
+        )
+    return loads_strict(raw), None
 
 
-def validation_body(entries: list[dict]) -> dict:
-    return {"detail": entries}
+def check_caps(parsed: Parsed, max_options: int, max_images: int) -> None:
+    """The server's own caps (lower than the protocol's): 422 `too_long` at the criteria or the assets."""
+    request = parsed.request
+    for qid, q in zip(parsed.ids, request.questions, strict=True):
+        if (n := len(q.options)) > max_options:
+            loc = ["questions", qid, q.spec.wire["systemone"], "criteria"]
+            msg = f"this server takes at most {max_options} options per question, not {n}"
+            raise ValidationFailed([entry(loc, "too_long", msg, {"max_length": max_options})])
+    if (n := len(request.images)) > max_images:
+        msg = f"this server takes at most {max_images} images per request, not {n}"
+        raise ValidationFailed([entry(["assets"], "too_long", msg, {"max_length": max_images})])
+
+
+_ERROR_TYPES = {
+    "auth": "authentication_error",
+    "forbidden": "permission_denied",
+    "rate_limit": "rate_limit_error",
+    "unavailable": "overloaded_error",
+    "internal": "internal_error",
+    "too_large": "request_too_large",
+    "media_type": "unsupported_media_type",
+    "headers": "request_header_fields_too_large",
+    "not_found": "not_found",
+    "method": "method_not_allowed",
+}
+
+
+def error_body(problem: Problem) -> dict:
+    if isinstance(problem.cause, ValidationFailed):
+        return {"detail": problem.cause.entries}
+    return {"detail": {"error_type": _ERROR_TYPES.get(problem.category, "api_usage_error"), "message": problem.message}}
+
+
+def _problem(exc: BaseException) -> Problem | None:
+    """System One's own statuses: validation is a 422 with every entry, a missing key a 403."""
+    if isinstance(exc, MalformedBody):
+        exc = ValidationFailed([_malformed_entry(exc)])
+        return Problem(422, str(exc), cause=exc)
+    if isinstance(exc, ValidationFailed):
+        return Problem(422, str(exc), "invalid_value", cause=exc)
+    if isinstance(exc, UsageError):
+        return Problem(400, exc.message)
+    if isinstance(exc, Unauthorized) and exc.missing:
+        return Problem(403, "send the API key as 'Authorization: Bearer <key>'", category="auth")
+    return None
+
+
+def _malformed_entry(exc: MalformedBody) -> dict:
+    if exc.not_object:
+        return entry([], "dict_type")
+    if exc.loc:
+        return entry(list(exc.loc[1:]), "value_error", f"Value error, {exc.message}")
+    return entry([exc.offset or 0], "json_invalid", f"JSON decode error: {exc.message}")
+
+
+PROTOCOL = Protocol(
+    title="TypeSafe System One",
+    path="/v1/systemone",
+    operation_id="systemOne",
+    summary="TypeSafe System One: noul, choice and score questions about a state",
+    read=read,
+    parse=lambda body, parts, limits: parse(body, parts=parts, limits=limits),
+    check_caps=check_caps,
+    render=render,
+    problem=_problem,
+    error_body=error_body,
+    errors={
+        "400": "unsupported question (box), images on a text-only model, context length or token budget exceeded",
+        "401": "wrong API key (auth on)",
+        "403": "missing API key (auth on); Host or Origin not allowed",
+        "413": "body over the size cap (after zstd decoding too)",
+        "415": "unsupported Content-Encoding or Content-Type",
+        "422": "validation failed (every error found, with its location)",
+        "429": "queue full: retry after Retry-After seconds",
+        "431": "too many or too large request headers",
+        "500": "model or runtime failure",
+        "503": "model loading, or the request waited past its deadline: retry after Retry-After seconds",
+    },
+)
