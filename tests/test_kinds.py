@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from fake_decider import FakeDecider
 
 from decide import kinds
 from decide.core import Decider
@@ -94,3 +95,14 @@ def test_the_wire_enums_name_a_new_kind(sentiment):
         openai.parse(bad)
     with pytest.raises(systemone.ValidationFailed, match="'noul', 'choice', 'score', 'sentiment', 'box'"):
         systemone.parse({"model": "m", "state": "x", "questions": {"q": {"type": "rank"}}})
+
+
+def test_the_openapi_document_describes_a_new_kind(sentiment):
+    doc = create_app(ServerConfig(tune_malloc=False), decider=FakeDecider()).test_client().get("/openapi.json").json
+    schemas = doc["components"]["schemas"]
+    openai_types = [q["properties"]["type"]["const"] for q in schemas["Question"]["anyOf"]]
+    assert openai_types == ["predicate", "choice", "score", "sentiment"]
+    sentiment_question = schemas["Question"]["anyOf"][3]
+    assert sentiment_question["required"] == ["type", "instructions", "choices"]
+    systemone = schemas["SystemOneRequest"]["properties"]["questions"]["additionalProperties"]["anyOf"]
+    assert [q["properties"]["type"]["const"] for q in systemone] == ["noul", "choice", "score", "sentiment"]

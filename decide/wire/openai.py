@@ -39,6 +39,7 @@ from .common import (
     merge_texts,
 )
 from .protocol import Problem, Protocol, UnknownModel
+from .schema import COUNT, PROBABILITY, const, json_content, nullable, obj, ref, text
 
 ROLES = ("user", "developer", "system", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
@@ -394,7 +395,7 @@ def _answer(answer: Answer, name: str | None, index: int) -> dict:
     p = [float(x) for x in answer.probabilities]
     check_distribution(p, f"questions[{index}]")
     spec = answer.question.spec
-    return {"type": spec.wire["openai"], "name": name, **kinds.by_form(FORMS, spec).answer(answer, p)}
+    return {"type": spec.wire["openai"], "name": name, **kinds.by_form(FORMS, spec).render(answer, p)}
 
 
 def _predicate_answer(answer: Answer, p: list[float]) -> dict:
@@ -423,17 +424,51 @@ def _score_answer(answer: Answer, p: list[float]) -> dict:
 
 @dataclass(frozen=True)
 class Form:
-    """How a kind's options and answer look on this protocol; a kind uses its nearest base's."""
+    """How a kind's options and answer look on this protocol; a kind uses its nearest base's.
+    `options` and `answer` are the JSON Schemas of the question's and the answer's own members."""
 
     field: str  # the array of a question that holds its options (what a server cap names)
     read: Callable[[dict, tuple], tuple[Option, ...]]
-    answer: Callable[[Answer, list[float]], dict]
+    render: Callable[[Answer, list[float]], dict]
+    options: dict
+    answer: dict
 
 
+def _options(field: str, item: dict) -> dict:
+    return {field: {"type": "array", "minItems": OPENAI_MIN_OPTIONS, "maxItems": MAX_OPTIONS, "items": item}}
+
+
+_VALUE = {"type": ["string", "boolean"]}
+_CHOICE = obj(["value"], value=_VALUE, description=nullable(text()))
+_LEVEL = obj(["label"], label=text(), description=nullable(text()))
+_SCORE_ROW = obj(["value", "label", "probability"], value=COUNT, label={"type": "string"}, probability=PROBABILITY)
 FORMS: dict[type[QuestionKind], Form] = {
-    Predicate: Form("choices", _yes_no, _predicate_answer),
-    Choice: Form("choices", _choices, _choice_answer),
-    Score: Form("levels", _levels, _score_answer),
+    Predicate: Form("choices", _yes_no, _predicate_answer, {}, {"probability": PROBABILITY}),
+    Choice: Form(
+        "choices",
+        _choices,
+        _choice_answer,
+        _options("choices", _CHOICE),
+        {
+            "choice": _VALUE,
+            "confidence": PROBABILITY,
+            "probabilities": {
+                "type": "array",
+                "items": obj(["value", "probability"], value=_VALUE, probability=PROBABILITY),
+            },
+        },
+    ),
+    Score: Form(
+        "levels",
+        _levels,
+        _score_answer,
+        _options("levels", _LEVEL),
+        {
+            "score": {"type": "number", "minimum": 0},
+            "confidence": PROBABILITY,
+            "probabilities": {"type": "array", "items": _SCORE_ROW},
+        },
+    ),
 }
 
 
@@ -485,6 +520,143 @@ def _problem(exc: BaseException) -> Problem | None:
     return None
 
 
+# ---------------------------------------------------------------- OpenAPI
+
+
+def schemas() -> dict[str, dict]:
+    """The OpenAPI components of this protocol, from the constants and kind forms the parser uses."""
+    return {**_part_schemas(), **_item_schemas(), **_body_schemas()}
+
+
+def _part_schemas() -> dict[str, dict]:
+    breakpoint_ = nullable(obj(["mode"], mode=const("explicit")))
+    detail = {"enum": [*DETAILS, None]}
+    image_url = {"type": "string", "description": "a base64 data: URL (http(s) only when fetching is on)"}
+    json_data = {
+        "description": f"≤ {JSON_MAX_DEPTH} levels, ≤ {JSON_MAX_VALUES:,} values, ≤ {JSON_MAX_BYTES // 1024} KiB as compact JSON",
+        "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
+    }
+    return {
+        "InputText": obj(["type", "text"], type=const("input_text"), text=text(), prompt_cache_breakpoint=breakpoint_),
+        "InputImage": obj(
+            ["type", "image_url"],
+            type=const("input_image"),
+            image_url=image_url,
+            detail=detail,
+            prompt_cache_breakpoint=breakpoint_,
+        ),
+        "InputJson": obj(["type", "data"], type=const("input_json"), data=json_data),
+        # Question instructions take no cache breakpoints.
+        "QuestionText": obj(["type", "text"], type=const("input_text"), text=text()),
+        "QuestionImage": obj(
+            ["type", "image_url"], type=const("input_image"), image_url={"type": "string"}, detail=detail
+        ),
+        "OutputText": obj(["type", "text"], type=const("output_text"), text=text()),
+        "Refusal": obj(["type", "refusal"], type=const("refusal"), refusal=text()),
+    }
+
+
+def _content(*parts: str) -> dict:
+    return {"anyOf": [text(), {"type": "array", "minItems": 1, "items": {"anyOf": [ref(p) for p in parts]}}]}
+
+
+def _call(kind: str, body: str, status: dict) -> dict:
+    fields = {"call_id": {"type": "string"}, "name": {"type": "string"}, body: text()}
+    return obj(["type", *fields], type=const(kind), **fields, status=status)
+
+
+def _call_output(kind: str, output: dict, status: dict) -> dict:
+    call_id = {"type": "string", "description": f"a {kind.removesuffix('_output')} earlier in input"}
+    return obj(["type", "call_id", "output"], type=const(kind), call_id=call_id, output=output, status=status)
+
+
+def _item_schemas() -> dict[str, dict]:
+    message = const("message")
+    status = {"enum": list(STATUSES)}
+    output = _content("InputText", "InputImage")
+    return {
+        "UserMessage": obj(
+            ["role", "content"],
+            type=message,
+            role=const("user"),
+            content=_content("InputText", "InputImage", "InputJson"),
+        ),
+        "SystemMessage": obj(
+            ["role", "content"], type=message, role={"enum": ["system", "developer"]}, content=_content("InputText")
+        ),
+        "AssistantMessage": obj(
+            ["role", "content"],
+            type=message,
+            role=const("assistant"),
+            content=_content("OutputText", "Refusal"),
+            phase={"enum": [*PHASES, None]},
+        ),
+        "FunctionCall": _call("function_call", "arguments", status),
+        "FunctionCallOutput": _call_output("function_call_output", output, status),
+        "CustomToolCall": _call("custom_tool_call", "input", status),
+        "CustomToolCallOutput": _call_output("custom_tool_call_output", output, status),
+    }
+
+
+_ITEMS = ["UserMessage", "SystemMessage", "AssistantMessage", "FunctionCall", "FunctionCallOutput"]
+_ITEMS += ["CustomToolCall", "CustomToolCallOutput"]
+
+
+def _body_schemas() -> dict[str, dict]:
+    instructions = _content("QuestionText", "QuestionImage", "InputJson")
+    name = {"type": ["string", "null"]}
+    forms = {wire: kinds.by_form(FORMS, spec) for wire, spec in kinds.on_wire("openai").items()}
+    questions = [
+        obj(["type", "instructions", *f.options], type=const(w), instructions=instructions, name=name, **f.options)
+        for w, f in forms.items()
+    ]
+    answers = [obj(["type", "name", *f.answer], type=const(w), name=name, **f.answer) for w, f in forms.items()]
+    answers.append(obj(["type", "name"], type=const("refusal"), name=name))
+    cache_options = nullable(obj([], mode={"enum": ["implicit", "explicit", None]}, ttl={"enum": ["30m", None]}))
+    request = obj(
+        ["model", "input", "questions"],
+        model={"type": "string"},
+        input={"anyOf": [text(), {"type": "array", "minItems": 1, "items": {"anyOf": [ref(i) for i in _ITEMS]}}]},
+        questions={"type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS, "items": ref("Question")},
+        prompt_cache_key=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
+        prompt_cache_options=cache_options,
+        safety_identifier=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
+    )
+    usage = obj(
+        ["input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details", "total_tokens"],
+        input_tokens=COUNT,
+        input_tokens_details=obj(
+            ["cached_tokens", "cache_write_tokens"], cached_tokens=COUNT, cache_write_tokens=COUNT
+        ),
+        output_tokens=COUNT,
+        output_tokens_details=obj(["reasoning_tokens"], reasoning_tokens=COUNT),
+        total_tokens=COUNT,
+    )
+    response = obj(
+        ["model", "answers", "usage"],
+        model={"type": "string"},
+        answers={"type": "array", "items": {"anyOf": answers}},
+        usage=usage,
+    )
+    response["additionalProperties"] = False
+    error = obj(
+        ["error"],
+        error=obj(
+            ["message", "type", "param", "code"],
+            message={"type": "string"},
+            type={"type": "string"},
+            param={"type": ["string", "null"]},
+            code={"type": ["string", "null"]},
+        ),
+    )
+    return {
+        "Question": {"anyOf": questions},
+        "DecisionsRequest": request,
+        "DecisionsResponse": response,
+        "OpenAIError": error,
+    }
+
+
 PROTOCOL = Protocol(
     title="OpenAI Decisions",
     path="/v1/decisions",
@@ -496,6 +668,10 @@ PROTOCOL = Protocol(
     render=render,
     problem=_problem,
     error_body=error_body,
+    schemas=schemas,
+    request_content=lambda: json_content("DecisionsRequest"),
+    response="DecisionsResponse",
+    error="OpenAIError",
     errors={
         "400": "invalid request (code and param say where), context length exceeded, token budget exceeded",
         "401": "missing or wrong API key (auth on)",

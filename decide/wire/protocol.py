@@ -62,7 +62,12 @@ class Protocol:
     # this protocol's own answer to an exception, or None for the shared one
     problem: Callable[[BaseException], Problem | None]
     error_body: Callable[[Problem], dict]
+    schemas: Callable[[], dict[str, dict]]  # its OpenAPI components
+    request_content: Callable[[], dict]  # its OpenAPI requestBody content
+    response: str  # the components of a 200 body, an error body, a 422 body (if any)
+    error: str
     errors: Mapping[str, str]  # documented error statuses → when they happen
+    validation_error: str | None = None
 
 
 PROTOCOLS: list[Protocol] = []

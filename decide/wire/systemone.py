@@ -17,7 +17,7 @@ from .. import kinds
 from ..answers import Answer, Decision
 from ..errors import InvalidRequest
 from ..kinds import Choice, Predicate, QuestionKind, Score
-from ..limits import MAX_OPTIONS, MAX_PLACEHOLDER_BYTES, SYSTEMONE_MAX_DEPTH, SYSTEMONE_MAX_LEVELS
+from ..limits import MAX_OPTIONS, MAX_PLACEHOLDER_BYTES, MAX_QUESTIONS, SYSTEMONE_MAX_DEPTH, SYSTEMONE_MAX_LEVELS
 from ..request import DEFAULT_FALSE, DEFAULT_TRUE, DecisionRequest, Image, Option, Part, Question, Text
 from . import images
 from .common import (
@@ -35,6 +35,7 @@ from .common import (
     parse_multipart,
 )
 from .protocol import Problem, Protocol, Unauthorized
+from .schema import COUNT, PROBABILITY, const, json_content, obj, ref
 
 UNSERVED_TYPES = ("box",)  # valid System One question types this text-scoring server refuses (400)
 ASSET_FORMATS = ("png", "jpg", "jpeg")
@@ -462,7 +463,7 @@ def _answer(answer: Answer, legend: tuple | None, qid: str) -> dict:
     p = [float(x) for x in answer.probabilities]
     check_distribution(p, f"question {qid!r}")
     spec = answer.question.spec
-    return {"type": spec.wire["systemone"], **kinds.by_form(FORMS, spec).answer(answer, p, legend)}
+    return {"type": spec.wire["systemone"], **kinds.by_form(FORMS, spec).render(answer, p, legend)}
 
 
 def _noul_answer(answer: Answer, p: list[float], legend: tuple | None) -> dict:
@@ -488,17 +489,44 @@ def _score_answer(answer: Answer, p: list[float], legend: tuple | None) -> dict:
 
 @dataclass(frozen=True)
 class Form:
-    """How a kind's criteria and answer look on this protocol; a kind uses its nearest base's."""
+    """How a kind's criteria and answer look on this protocol; a kind uses its nearest base's.
+    `criteria` and `answer` are JSON Schemas: of the criteria, and of the answer's own members."""
 
     validate: Callable[[_Validator, dict, list], None]  # records the criteria's problems at loc
     build: Callable[[dict], tuple[tuple[Option, ...], tuple | None]]  # valid criteria → options, legend
-    answer: Callable[[Answer, list[float], tuple | None], dict]
+    render: Callable[[Answer, list[float], tuple | None], dict]
+    criteria: dict
+    answer: dict
+    criteria_required: bool = True
 
 
+_TEXT = {"type": ["string", "object", "array"], "description": "text; objects and arrays are shown as compact JSON"}
+_OPTIONAL_TEXT = {"type": ["string", "object", "array", "null"]}
+_DISTRIBUTION = {"type": "object", "additionalProperties": PROBABILITY}
+_SIDES = {"type": ["object", "null"], "properties": {"true": _OPTIONAL_TEXT, "false": _OPTIONAL_TEXT}}
+_NAMED = {"type": "object", "minProperties": 1, "maxProperties": MAX_OPTIONS, "additionalProperties": _OPTIONAL_TEXT}
+_LEVELS = {"type": "array", "minItems": 1, "maxItems": SYSTEMONE_MAX_LEVELS, "items": _TEXT}
 FORMS: dict[type[QuestionKind], Form] = {
-    Predicate: Form(_Validator.noul_criteria, _sides, _noul_answer),
-    Choice: Form(_Validator.choice_criteria, _named, _choice_answer),
-    Score: Form(_Validator.score_criteria, _levels, _score_answer),
+    Predicate: Form(_Validator.noul_criteria, _sides, _noul_answer, _SIDES, {"noul": PROBABILITY}, False),
+    Choice: Form(
+        _Validator.choice_criteria,
+        _named,
+        _choice_answer,
+        _NAMED,
+        {"choice": {"type": "string"}, "confidence": PROBABILITY, "probabilities": _DISTRIBUTION},
+    ),
+    Score: Form(
+        _Validator.score_criteria,
+        _levels,
+        _score_answer,
+        _LEVELS,
+        {
+            "score": {"type": "number", "minimum": 0},
+            "confidence": PROBABILITY,
+            "legend": {"type": "object", "additionalProperties": _TEXT},
+            "probabilities": _DISTRIBUTION,
+        },
+    ),
 }
 
 
@@ -568,6 +596,83 @@ def _malformed_entry(exc: MalformedBody) -> dict:
     return entry([exc.offset or 0], "json_invalid", f"JSON decode error: {exc.message}")
 
 
+# ---------------------------------------------------------------- OpenAPI
+
+
+def schemas() -> dict[str, dict]:
+    """The OpenAPI components of this protocol, from the limits and kind forms the validator uses."""
+    forms = {wire: kinds.by_form(FORMS, spec) for wire, spec in kinds.on_wire("systemone").items()}
+    questions = [
+        obj(
+            ["type", "criteria"] if f.criteria_required else ["type"],
+            type=const(w),
+            instructions=_OPTIONAL_TEXT,
+            criteria=f.criteria,
+        )
+        for w, f in forms.items()
+    ]
+    answers = [obj(["type", *f.answer], type=const(w), **f.answer) for w, f in forms.items()]
+    asset = obj(
+        [],
+        type=const("image"),
+        format={"enum": list(ASSET_FORMATS)},
+        data_base64={"type": "string"},
+        part={"type": "string", "description": "a multipart part's name"},
+    )
+    request = obj(
+        ["model", "state", "questions"],
+        model={"type": "string", "examples": ["jev-latest"]},
+        state=_TEXT,
+        questions={
+            "type": "object",
+            "minProperties": 1,
+            "maxProperties": MAX_QUESTIONS,
+            "additionalProperties": {"anyOf": questions},
+        },
+        assets={
+            "type": ["object", "null"],
+            "minProperties": 1,
+            "description": "placeholder → image; every asset must be referenced in the state or a question",
+            "additionalProperties": asset,
+        },
+    )
+    response = obj(
+        ["model", "answers", "usage"],
+        model={"type": "string"},
+        answers={"type": "object", "additionalProperties": {"anyOf": answers}},
+        usage=obj(["input_tokens", "output_tokens"], input_tokens=COUNT, output_tokens=COUNT),
+    )
+    response["patternProperties"] = {"^x_": {}}
+    response["additionalProperties"] = False
+    detail = obj(["error_type", "message"], error_type={"type": "string"}, message={"type": "string"})
+    entry = obj(
+        ["loc", "msg", "type"],
+        loc={"type": "array", "minItems": 1, "items": {"type": ["string", "integer"]}},
+        msg={"type": "string"},
+        type={"type": "string"},
+    )
+    return {
+        "SystemOneRequest": request,
+        "SystemOneResponse": response,
+        "SystemOneError": obj(["detail"], detail=detail),
+        "SystemOneValidationError": obj(["detail"], detail={"type": "array", "minItems": 1, "items": entry}),
+    }
+
+
+def request_content() -> dict:
+    """A JSON body, or multipart: the body as the `request` part, images as other parts."""
+    multipart = {
+        "type": "object",
+        "required": ["request"],
+        "properties": {"request": ref("SystemOneRequest")},
+        "additionalProperties": {"type": "string", "format": "binary"},
+    }
+    return {
+        **json_content("SystemOneRequest"),
+        "multipart/form-data": {"schema": multipart, "encoding": {"request": {"contentType": "application/json"}}},
+    }
+
+
 PROTOCOL = Protocol(
     title="TypeSafe System One",
     path="/v1/systemone",
@@ -579,6 +684,11 @@ PROTOCOL = Protocol(
     render=render,
     problem=_problem,
     error_body=error_body,
+    schemas=schemas,
+    request_content=request_content,
+    response="SystemOneResponse",
+    error="SystemOneError",
+    validation_error="SystemOneValidationError",
     errors={
         "400": "unsupported question (box), images on a text-only model, context length or token budget exceeded",
         "401": "wrong API key (auth on)",
