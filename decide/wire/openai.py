@@ -103,19 +103,6 @@ def _get(obj: dict, key: str, path: tuple, types: tuple, *, required: bool = Tru
     return value
 
 
-def _text(
-    obj: dict, key: str, path: tuple, *, required: bool = True, nullable: bool = False, cap: int = MAX_TEXT
-) -> str | None:
-    value = _get(obj, key, path, (str,), required=required, nullable=nullable)
-    if value is not None and len(value) > cap:
-        raise _fail(
-            "string_above_max_length",
-            (*path, key),
-            f"string too long. Expected at most {cap} characters, got {len(value)}.",
-        )
-    return value
-
-
 def _enum(
     obj: dict, key: str, path: tuple, allowed: tuple, *, required: bool = False, nullable: bool = True
 ) -> str | None:
@@ -125,25 +112,49 @@ def _enum(
     return value
 
 
-def _array(obj: dict, key: str, path: tuple, lo: int, hi: int | None = None) -> list:
-    value = _get(obj, key, path, (list,))
-    if len(value) < lo:
+_JSON_TYPES = {"string": str, "boolean": bool, "array": list, "object": dict, "null": type(None)}
+
+
+def _field(obj: dict, schema: dict, key: str, path: tuple, *, max_items: int | None = None) -> Any:
+    """obj[key] checked against the rule the OpenAPI document states for it in `schema` (an object
+    component): presence, type, then maxLength, enum or const, minItems and maxItems (`max_items`
+    may lower the last: a server cap). Absent, or null where the rule allows it, gives None."""
+    rules = _alternatives(schema["properties"][key])
+    types = tuple(dict.fromkeys(_JSON_TYPES[t] for r in rules for t in _types(r)))
+    nullable = type(None) in types
+    types = tuple(t for t in types if t is not type(None))
+    value = _get(obj, key, path, types, required=key in schema["required"], nullable=nullable)
+    if value is None:
+        return None
+    rule = next(r for r in rules if isinstance(value, tuple(_JSON_TYPES[t] for t in _types(r))))
+    where, n = (*path, key), len(value) if isinstance(value, (str, list)) else 0
+    allowed = [v for v in rule.get("enum", [rule["const"]] if "const" in rule else []) if v is not None]
+    if allowed and value not in allowed:
+        raise _fail("invalid_value", where, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}.")
+    if n > rule.get("maxLength", n):
         raise _fail(
-            "array_below_min_length", (*path, key), f"array too short. Expected at least {lo} items, got {len(value)}."
+            "string_above_max_length",
+            where,
+            f"string too long. Expected at most {rule['maxLength']} characters, got {n}.",
         )
-    if hi is not None and len(value) > hi:
+    if n < rule.get("minItems", 0):
         raise _fail(
-            "array_above_max_length", (*path, key), f"array too long. Expected at most {hi} items, got {len(value)}."
+            "array_below_min_length", where, f"array too short. Expected at least {rule['minItems']} items, got {n}."
         )
+    hi = min(rule.get("maxItems", n), n if max_items is None else max_items)
+    if isinstance(value, list) and n > hi:
+        raise _fail("array_above_max_length", where, f"array too long. Expected at most {hi} items, got {n}.")
     return value
 
 
-def _text_or_array(obj: dict, key: str, path: tuple) -> str | list:
-    """A field that is a string or a non-empty array (input, content, output, instructions)."""
-    value = _get(obj, key, path, (str, list))
-    if isinstance(value, str):
-        return _text(obj, key, path)
-    return _array(obj, key, path, 1)
+def _alternatives(rule: dict) -> list[dict]:
+    return [r for member in rule["anyOf"] for r in _alternatives(member)] if "anyOf" in rule else [rule]
+
+
+def _types(rule: dict) -> list[str]:
+    if "type" in rule:
+        return [rule["type"]] if isinstance(rule["type"], str) else rule["type"]
+    return list(dict.fromkeys("null" if v is None else "string" for v in rule.get("enum", [rule.get("const")])))
 
 
 def _object(value: Any, path: tuple) -> dict:
@@ -163,10 +174,9 @@ class _Parser:
     # -- top level
     def parse(self, body: Any) -> Parsed:
         body = _object(body, ())
-        model = _get(body, "model", (), (str,))
+        model = _field(body, REQUEST, "model", ())
         input_parts = self.input(body)
-        max_questions = min(MAX_QUESTIONS, self.limits.max_questions)
-        raw_questions = _array(body, "questions", (), 1, max_questions)
+        raw_questions = _field(body, REQUEST, "questions", (), max_items=self.limits.max_questions)
         questions = [self.question(q, ("questions", i)) for i, q in enumerate(raw_questions)]
         self.cache_fields(body)
         names = tuple(name for _, name in questions)
@@ -175,16 +185,15 @@ class _Parser:
         return Parsed(request, names, model, params)
 
     def cache_fields(self, body: dict) -> None:
-        _text(body, "prompt_cache_key", (), required=False, nullable=True, cap=MAX_ID_LENGTH)
-        _text(body, "safety_identifier", (), required=False, nullable=True, cap=MAX_ID_LENGTH)
-        options = _get(body, "prompt_cache_options", (), (dict,), required=False, nullable=True)
+        _field(body, REQUEST, "prompt_cache_key", ())
+        _field(body, REQUEST, "safety_identifier", ())
+        options = _field(body, REQUEST, "prompt_cache_options", ())
         if options is not None:
-            path = ("prompt_cache_options",)
-            _enum(options, "mode", path, ("implicit", "explicit"))
-            _enum(options, "ttl", path, ("30m",))
+            _field(options, _CACHE_OPTIONS, "mode", ("prompt_cache_options",))
+            _field(options, _CACHE_OPTIONS, "ttl", ("prompt_cache_options",))
 
     def input(self, body: dict) -> tuple[Part, ...]:
-        items = _text_or_array(body, "input", ())
+        items = _field(body, REQUEST, "input", ())
         if isinstance(items, str):
             return (Text(items),)
         blocks = [self.item(item, ("input", i)) for i, item in enumerate(items)]
@@ -203,8 +212,8 @@ class _Parser:
     def message(self, item: dict, path: tuple) -> list[Part]:
         role = _enum(item, "role", path, ROLES, required=True, nullable=False)
         if role == "assistant":
-            _enum(item, "phase", path, PHASES)
-        parts = _text_or_array(item, "content", path)
+            _field(item, COMPONENTS["AssistantMessage"], "phase", path)
+        parts = _field(item, COMPONENTS[MESSAGES[role]], "content", path)
         if isinstance(parts, str):
             return [Text(PREFIX.get(role, "") + parts)]
         if role == "assistant":
@@ -219,44 +228,45 @@ class _Parser:
             p = _object(p, (*path, j))
             kind = _enum(p, "type", (*path, j), ROLE_PARTS["assistant"], required=True, nullable=False)
             if kind == "output_text":
-                text = _text(p, "text", (*path, j))
+                text = _field(p, COMPONENTS["OutputText"], "text", (*path, j))
                 if last == "output_text":
                     blocks[-1].append(Text(text))
                 else:
                     blocks.append([Text(PREFIX["assistant"] + text)])
             else:
-                blocks.append([Text("Assistant (refusal): " + _text(p, "refusal", (*path, j)))])
+                blocks.append([Text("Assistant (refusal): " + _field(p, COMPONENTS["Refusal"], "refusal", (*path, j)))])
             last = kind
         return list(join_blocks(blocks))
 
     def call(self, item: dict, path: tuple, kind: str) -> list[Part]:
-        call_id = _text(item, "call_id", path)
-        name = _text(item, "name", path)
-        body = _text(item, "arguments" if kind == "function_call" else "input", path)
-        self.optional_ids(item, path, namespace=True)
+        schema = COMPONENTS[ITEMS[kind]]
+        call_id = _field(item, schema, "call_id", path)
+        name = _field(item, schema, "name", path)
+        body = _field(item, schema, "arguments" if kind == "function_call" else "input", path)
+        self.optional_ids(item, schema, path)
         self.calls[kind].add(call_id)
         label = "Tool call" if kind == "function_call" else "Custom tool call"
         return [Text(f"{label} {name} [{call_id}]: {body}")]
 
     def call_output(self, item: dict, path: tuple, kind: str) -> list[Part]:
         call_kind = kind.removesuffix("_output")
-        call_id = _text(item, "call_id", path)
+        schema = COMPONENTS[ITEMS[kind]]
+        call_id = _field(item, schema, "call_id", path)
         if call_id not in self.calls[call_kind]:
             raise _fail("invalid_value", (*path, "call_id"), f"no earlier {call_kind} item has call_id {call_id!r}.")
-        raw = _text_or_array(item, "output", path)
+        raw = _field(item, schema, "output", path)
         if isinstance(raw, str):
             output: list[Part] = [Text(raw)]
         else:
             output = [self.part(p, (*path, "output", j), OUTPUT_PARTS) for j, p in enumerate(raw)]
-        self.optional_ids(item, path, namespace=False)
+        self.optional_ids(item, schema, path)
         label = "Tool result" if kind == "function_call_output" else "Custom tool result"
         return [Text(f"{label} [{call_id}]: "), *output]
 
-    def optional_ids(self, item: dict, path: tuple, *, namespace: bool) -> None:
-        _text(item, "id", path, required=False, nullable=True)
-        if namespace:
-            _text(item, "namespace", path, required=False, nullable=True)
-        _enum(item, "status", path, STATUSES)
+    def optional_ids(self, item: dict, schema: dict, path: tuple) -> None:
+        for key in ("id", "namespace", "status"):
+            if key in schema["properties"]:
+                _field(item, schema, key, path)
 
     # -- content parts
     def part(self, part: Any, path: tuple, allowed: tuple, *, breakpoints: bool = True) -> Part:
@@ -265,19 +275,19 @@ class _Parser:
         if breakpoints and kind in ("input_text", "input_image"):
             self.breakpoint(part, path)
         if kind == "input_text":
-            return Text(_text(part, "text", path))
+            return Text(_field(part, COMPONENTS["InputText"], "text", path))
         if kind == "input_json":
             return Text(json_text(part, path))
         return self.image(part, path)
 
     def breakpoint(self, part: dict, path: tuple) -> None:
-        bp = _get(part, "prompt_cache_breakpoint", path, (dict,), required=False, nullable=True)
+        bp = _field(part, COMPONENTS["InputText"], "prompt_cache_breakpoint", path)
         if bp is not None:
-            _enum(bp, "mode", (*path, "prompt_cache_breakpoint"), ("explicit",), required=True, nullable=False)
+            _field(bp, _BREAKPOINT, "mode", (*path, "prompt_cache_breakpoint"))
 
     def image(self, part: dict, path: tuple) -> Image:
-        url = _get(part, "image_url", path, (str,))
-        _enum(part, "detail", path, DETAILS)
+        url = _field(part, COMPONENTS["InputImage"], "image_url", path)
+        _field(part, COMPONENTS["InputImage"], "detail", path)
         if len(self.image_paths) >= MAX_IMAGES:
             raise _fail("array_above_max_length", path, f"too many images. Expected at most {MAX_IMAGES} per request.")
         try:
@@ -293,13 +303,13 @@ class _Parser:
         q = _object(raw, path)
         known = kinds.on_wire("openai")
         spec = known[_enum(q, "type", path, tuple(known), required=True, nullable=False)]
-        name = _get(q, "name", path, (str,), required=False, nullable=True)
+        name = _field(q, _QUESTION, "name", path)
         instructions, attachments = self.instructions(q, path)
         options = kinds.by_form(FORMS, spec).read(q, path)
         return _build(lambda: Question(spec.name, instructions, options, attachments), path), name
 
     def instructions(self, q: dict, path: tuple) -> tuple[str, tuple[Part, ...]]:
-        raw = _text_or_array(q, "instructions", path)
+        raw = _field(q, _QUESTION, "instructions", path)
         if isinstance(raw, str):
             return raw, ()
         parts = [self.part(p, (*path, "instructions", j), QUESTION_PARTS, breakpoints=False) for j, p in enumerate(raw)]
@@ -314,13 +324,13 @@ def _yes_no(q: dict, path: tuple) -> tuple[Option, ...]:
 
 
 def _choices(q: dict, path: tuple) -> tuple[Option, ...]:
-    raw = _array(q, "choices", path, OPENAI_MIN_OPTIONS, MAX_OPTIONS)
+    raw = _field(q, FORMS[Choice].question, "choices", path)
     seen: set[tuple[type, Any]] = set()
     options = []
     for j, c in enumerate(raw):
         where = (*path, "choices", j)
         c = _object(c, where)
-        value = _get(c, "value", where, (str, bool))
+        value = _field(c, _CHOICE, "value", where)
         if isinstance(value, str) and len(value) > MAX_TEXT:
             raise _fail(
                 "string_above_max_length",
@@ -330,24 +340,24 @@ def _choices(q: dict, path: tuple) -> tuple[Option, ...]:
         if (type(value), value) in seen:
             raise _fail("invalid_value", (*where, "value"), f"duplicate choice value {value!r}.")
         seen.add((type(value), value))
-        options.append(Option(value, _text(c, "description", where, required=False, nullable=True)))
+        options.append(Option(value, _field(c, _CHOICE, "description", where)))
     return tuple(options)
 
 
 def _levels(q: dict, path: tuple) -> tuple[Option, ...]:
-    raw = _array(q, "levels", path, OPENAI_MIN_OPTIONS, MAX_OPTIONS)
+    raw = _field(q, FORMS[Score].question, "levels", path)
     options = []
     for j, level in enumerate(raw):
         where = (*path, "levels", j)
         level = _object(level, where)
-        label = _text(level, "label", where)
-        options.append(Option(label, _text(level, "description", where, required=False, nullable=True)))
+        label = _field(level, _LEVEL, "label", where)
+        options.append(Option(label, _field(level, _LEVEL, "description", where)))
     return tuple(options)
 
 
 def json_text(part: dict, path: tuple) -> str:
     """An input_json part's data as compact JSON text, within the contract's limits."""
-    data = _get(part, "data", path, (dict, list))
+    data = _field(part, COMPONENTS["InputJson"], "data", path)
     where = (*path, "data")
     if isinstance(data, list):
         for k, item in enumerate(data):
@@ -432,6 +442,11 @@ class Form:
     render: Callable[[Answer, list[float]], dict]
     options: dict
     answer: dict
+
+    @property
+    def question(self) -> dict:
+        """The options' members as an object schema (what `_field` reads)."""
+        return obj(list(self.options), **self.options)
 
 
 def _options(field: str, item: dict) -> dict:
@@ -520,108 +535,111 @@ def _problem(exc: BaseException) -> Problem | None:
     return None
 
 
-# ---------------------------------------------------------------- OpenAPI
-
-
-def schemas() -> dict[str, dict]:
-    """The OpenAPI components of this protocol, from the constants and kind forms the parser uses."""
-    return {**_part_schemas(), **_item_schemas(), **_body_schemas()}
-
-
-def _part_schemas() -> dict[str, dict]:
-    breakpoint_ = nullable(obj(["mode"], mode=const("explicit")))
-    detail = {"enum": [*DETAILS, None]}
-    image_url = {"type": "string", "description": "a base64 data: URL (http(s) only when fetching is on)"}
-    json_data = {
-        "description": f"≤ {JSON_MAX_DEPTH} levels, ≤ {JSON_MAX_VALUES:,} values, ≤ {JSON_MAX_BYTES // 1024} KiB as compact JSON",
-        "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
-    }
-    return {
-        "InputText": obj(["type", "text"], type=const("input_text"), text=text(), prompt_cache_breakpoint=breakpoint_),
-        "InputImage": obj(
-            ["type", "image_url"],
-            type=const("input_image"),
-            image_url=image_url,
-            detail=detail,
-            prompt_cache_breakpoint=breakpoint_,
-        ),
-        "InputJson": obj(["type", "data"], type=const("input_json"), data=json_data),
-        # Question instructions take no cache breakpoints.
-        "QuestionText": obj(["type", "text"], type=const("input_text"), text=text()),
-        "QuestionImage": obj(
-            ["type", "image_url"], type=const("input_image"), image_url={"type": "string"}, detail=detail
-        ),
-        "OutputText": obj(["type", "text"], type=const("output_text"), text=text()),
-        "Refusal": obj(["type", "refusal"], type=const("refusal"), refusal=text()),
-    }
+# ---------------------------------------------------------------- the schema the parser reads
+# Each object's fields are read through `_field` against these components, which are also what
+# GET /openapi.json shows: the parser and the document cannot disagree on a field's rule.
 
 
 def _content(*parts: str) -> dict:
     return {"anyOf": [text(), {"type": "array", "minItems": 1, "items": {"anyOf": [ref(p) for p in parts]}}]}
 
 
-def _call(kind: str, body: str, status: dict) -> dict:
-    fields = {"call_id": {"type": "string"}, "name": {"type": "string"}, body: text()}
-    return obj(["type", *fields], type=const(kind), **fields, status=status)
+def _call(kind: str, body: str) -> dict:
+    fields = {"call_id": text(), "name": text(), body: text()}
+    return obj(["type", *fields], type=const(kind), **fields, **_IDS, namespace=nullable(text()))
 
 
-def _call_output(kind: str, output: dict, status: dict) -> dict:
-    call_id = {"type": "string", "description": f"a {kind.removesuffix('_output')} earlier in input"}
-    return obj(["type", "call_id", "output"], type=const(kind), call_id=call_id, output=output, status=status)
-
-
-def _item_schemas() -> dict[str, dict]:
-    message = const("message")
-    status = {"enum": list(STATUSES)}
+def _call_output(kind: str) -> dict:
+    call_id = {**text(), "description": f"a {kind.removesuffix('_output')} earlier in input"}
     output = _content("InputText", "InputImage")
-    return {
-        "UserMessage": obj(
-            ["role", "content"],
-            type=message,
-            role=const("user"),
-            content=_content("InputText", "InputImage", "InputJson"),
-        ),
-        "SystemMessage": obj(
-            ["role", "content"], type=message, role={"enum": ["system", "developer"]}, content=_content("InputText")
-        ),
-        "AssistantMessage": obj(
-            ["role", "content"],
-            type=message,
-            role=const("assistant"),
-            content=_content("OutputText", "Refusal"),
-            phase={"enum": [*PHASES, None]},
-        ),
-        "FunctionCall": _call("function_call", "arguments", status),
-        "FunctionCallOutput": _call_output("function_call_output", output, status),
-        "CustomToolCall": _call("custom_tool_call", "input", status),
-        "CustomToolCallOutput": _call_output("custom_tool_call_output", output, status),
-    }
+    return obj(["type", "call_id", "output"], type=const(kind), call_id=call_id, output=output, **_IDS)
 
 
-_ITEMS = ["UserMessage", "SystemMessage", "AssistantMessage", "FunctionCall", "FunctionCallOutput"]
-_ITEMS += ["CustomToolCall", "CustomToolCallOutput"]
+_BREAKPOINT = obj(["mode"], mode=const("explicit"))
+_DETAIL = {"enum": [*DETAILS, None]}
+_IDS = {"id": nullable(text()), "status": {"enum": [*STATUSES, None]}}
+_JSON_DATA = {
+    "description": f"≤ {JSON_MAX_DEPTH} levels, ≤ {JSON_MAX_VALUES:,} values, ≤ {JSON_MAX_BYTES // 1024} KiB as compact JSON",
+    "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
+}
+_IMAGE_URL = {"type": "string", "description": "a base64 data: URL (http(s) only when fetching is on)"}
+MESSAGES = {
+    "user": "UserMessage",
+    "developer": "SystemMessage",
+    "system": "SystemMessage",
+    "assistant": "AssistantMessage",
+}
+ITEMS = {kind: "".join(w.title() for w in kind.split("_")) for kind in ITEM_TYPES[1:]}
+COMPONENTS: dict[str, dict] = {
+    "InputText": obj(
+        ["type", "text"], type=const("input_text"), text=text(), prompt_cache_breakpoint=nullable(_BREAKPOINT)
+    ),
+    "InputImage": obj(
+        ["type", "image_url"],
+        type=const("input_image"),
+        image_url=_IMAGE_URL,
+        detail=_DETAIL,
+        prompt_cache_breakpoint=nullable(_BREAKPOINT),
+    ),
+    "InputJson": obj(["type", "data"], type=const("input_json"), data=_JSON_DATA),
+    # Question instructions take no cache breakpoints.
+    "QuestionText": obj(["type", "text"], type=const("input_text"), text=text()),
+    "QuestionImage": obj(
+        ["type", "image_url"], type=const("input_image"), image_url={"type": "string"}, detail=_DETAIL
+    ),
+    "OutputText": obj(["type", "text"], type=const("output_text"), text=text()),
+    "Refusal": obj(["type", "refusal"], type=const("refusal"), refusal=text()),
+    "UserMessage": obj(
+        ["role", "content"],
+        type=const("message"),
+        role=const("user"),
+        content=_content("InputText", "InputImage", "InputJson"),
+    ),
+    "SystemMessage": obj(
+        ["role", "content"],
+        type=const("message"),
+        role={"enum": ["system", "developer"]},
+        content=_content("InputText"),
+    ),
+    "AssistantMessage": obj(
+        ["role", "content"],
+        type=const("message"),
+        role=const("assistant"),
+        content=_content("OutputText", "Refusal"),
+        phase={"enum": [*PHASES, None]},
+    ),
+    "FunctionCall": _call("function_call", "arguments"),
+    "FunctionCallOutput": _call_output("function_call_output"),
+    "CustomToolCall": _call("custom_tool_call", "input"),
+    "CustomToolCallOutput": _call_output("custom_tool_call_output"),
+}
+_CACHE_OPTIONS = obj([], mode={"enum": ["implicit", "explicit", None]}, ttl={"enum": ["30m", None]})
+_QUESTION = obj(
+    ["type", "instructions"],
+    instructions=_content("QuestionText", "QuestionImage", "InputJson"),
+    name={"type": ["string", "null"]},
+)
+REQUEST = obj(
+    ["model", "input", "questions"],
+    model={"type": "string"},
+    input=_content(*dict.fromkeys([*MESSAGES.values(), *ITEMS.values()])),
+    questions={"type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS, "items": ref("Question")},
+    prompt_cache_key=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
+    prompt_cache_options=nullable(_CACHE_OPTIONS),
+    safety_identifier=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
+)
 
 
-def _body_schemas() -> dict[str, dict]:
-    instructions = _content("QuestionText", "QuestionImage", "InputJson")
-    name = {"type": ["string", "null"]}
+def schemas() -> dict[str, dict]:
+    """The OpenAPI components: the parser's, plus the question, answer and error shapes (per kind form)."""
     forms = {wire: kinds.by_form(FORMS, spec) for wire, spec in kinds.on_wire("openai").items()}
+    name = _QUESTION["properties"]["name"]
     questions = [
-        obj(["type", "instructions", *f.options], type=const(w), instructions=instructions, name=name, **f.options)
+        obj([*_QUESTION["required"], *f.options], type=const(w), **_QUESTION["properties"], **f.options)
         for w, f in forms.items()
     ]
     answers = [obj(["type", "name", *f.answer], type=const(w), name=name, **f.answer) for w, f in forms.items()]
     answers.append(obj(["type", "name"], type=const("refusal"), name=name))
-    cache_options = nullable(obj([], mode={"enum": ["implicit", "explicit", None]}, ttl={"enum": ["30m", None]}))
-    request = obj(
-        ["model", "input", "questions"],
-        model={"type": "string"},
-        input={"anyOf": [text(), {"type": "array", "minItems": 1, "items": {"anyOf": [ref(i) for i in _ITEMS]}}]},
-        questions={"type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS, "items": ref("Question")},
-        prompt_cache_key=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
-        prompt_cache_options=cache_options,
-        safety_identifier=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
-    )
     usage = obj(
         ["input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details", "total_tokens"],
         input_tokens=COUNT,
@@ -632,28 +650,22 @@ def _body_schemas() -> dict[str, dict]:
         output_tokens_details=obj(["reasoning_tokens"], reasoning_tokens=COUNT),
         total_tokens=COUNT,
     )
-    response = obj(
-        ["model", "answers", "usage"],
-        model={"type": "string"},
-        answers={"type": "array", "items": {"anyOf": answers}},
-        usage=usage,
-    )
+    listed = {"type": "array", "items": {"anyOf": answers}}
+    response = obj(["model", "answers", "usage"], model={"type": "string"}, answers=listed, usage=usage)
     response["additionalProperties"] = False
     error = obj(
-        ["error"],
-        error=obj(
-            ["message", "type", "param", "code"],
-            message={"type": "string"},
-            type={"type": "string"},
-            param={"type": ["string", "null"]},
-            code={"type": ["string", "null"]},
-        ),
+        ["message", "type", "param", "code"],
+        message={"type": "string"},
+        type={"type": "string"},
+        param={"type": ["string", "null"]},
+        code={"type": ["string", "null"]},
     )
     return {
+        **COMPONENTS,
         "Question": {"anyOf": questions},
-        "DecisionsRequest": request,
+        "DecisionsRequest": REQUEST,
         "DecisionsResponse": response,
-        "OpenAIError": error,
+        "OpenAIError": obj(["error"], error=error),
     }
 
 
