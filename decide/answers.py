@@ -1,4 +1,4 @@
-"""Answers and the statistics of a distribution (contract §3): confidence and score."""
+"""Answers and the statistics of a distribution over a question's options: confidence and score."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class Answer:
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one request (contract §6.10), plus what the model really computed."""
+    """Token counts of one request as the protocols report them, plus what the model really computed."""
 
     input_tokens: int = 0
     cached_tokens: int = 0

@@ -1,4 +1,4 @@
-"""What is scored (design.md §2): the prompt of a question and its candidate continuations.
+"""What is scored: the prompt of a question and its candidate continuations.
 
 A question's prompt is one user turn — the input, a blank line, the question block —
 rendered with the model's chat template (generation prompt on, thinking off). Candidate k

@@ -1,4 +1,4 @@
-"""The Flask app: both wire protocols over one engine that owns the decider (contract §0–§2).
+"""The Flask app: every wire protocol (decide.wire.PROTOCOLS) over one engine that owns the decider.
 
     app = create_app()                                  # loads Decider.load(DECIDE_MODEL) in the background
     app = create_app(ServerConfig(api_key="k"), decider=my_fake)   # tests

@@ -321,7 +321,7 @@ SYSTEMONE_ALIAS = "jev-latest"
 
 
 def models_body(served: str, aliases: Sequence[str], created: int, release_date: str) -> dict:
-    """One body for both SDKs (contract §2.10): OpenAI's `data[]` and TypeSafe's `models[]`, served id first."""
+    """One body for both SDKs (each reads its own key): OpenAI's `data[]` and TypeSafe's `models[]`, served id first."""
     names = list(dict.fromkeys([served, OPENAI_ALIAS, SYSTEMONE_ALIAS, *aliases]))
     data = [{"id": n, "object": "model", "created": created, "owned_by": "local"} for n in names]
     models = [

@@ -1,8 +1,9 @@
-"""OpenAI Decisions (`POST /v1/decisions`, contract §1): body dict ⇄ DecisionRequest / Decision.
+"""OpenAI Decisions (`POST /v1/decisions`): body dict ⇄ DecisionRequest / Decision.
 
 `parse` validates in document order and raises the first problem as InvalidRequest(message,
 path, code); `bracket_path(path)` gives its OpenAI `param`. Non-user input items are rendered
-to text per contract §6.12; names never reach the request.
+to text ("System: …", "Tool call name [id]: …") so that a text model reads the whole
+conversation; question names never reach the request.
 """
 
 from __future__ import annotations
@@ -356,7 +357,7 @@ def _levels(q: dict, path: tuple) -> tuple[Option, ...]:
 
 
 def json_text(part: dict, path: tuple) -> str:
-    """An input_json part's data as compact JSON text, within the contract's limits."""
+    """An input_json part's data as compact JSON text, within the JSON_MAX_* limits."""
     data = _field(part, COMPONENTS["InputJson"], "data", path)
     where = (*path, "data")
     if isinstance(data, list):
@@ -396,7 +397,7 @@ def decide(decider: Any, body: Any) -> dict:
 
 
 def render(decision: Decision, parsed: Parsed) -> dict:
-    """The 200 body (contract §1.7): answers in question order, usage as integers."""
+    """The 200 body: answers in question order, usage as integers."""
     answers = [_answer(a, name, i) for i, (a, name) in enumerate(zip(decision.answers, parsed.names, strict=True))]
     return {"model": decision.model, "answers": answers, "usage": _usage(decision)}
 

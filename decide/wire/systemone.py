@@ -1,7 +1,7 @@
-"""TypeSafe System One (`POST /v1/systemone`, contract §2): body dict ⇄ DecisionRequest / Decision.
+"""TypeSafe System One (`POST /v1/systemone`): body dict ⇄ DecisionRequest / Decision.
 
 `parse` reports every validation problem at once (ValidationFailed → 422 `detail[]`, locations
-as in §2.7: the question id is one element, then the question type); a valid request the
+as pydantic writes them: the question id is one element, then the question type); a valid request the
 server will not serve (a box question) raises UsageError (400 `api_usage_error`).
 Question ids and choice names are keys: they are never scanned for assets nor rendered.
 """
@@ -206,7 +206,7 @@ class _Validator:
         criteria = q["criteria"]
         if not isinstance(criteria, dict):
             return self.error(loc, "dict_type")
-        if self.count(len(criteria), 1, MAX_OPTIONS, loc, "Dictionary"):
+        if self.count(len(criteria), _NAMED["minProperties"], _NAMED["maxProperties"], loc, "Dictionary"):
             for name, description in criteria.items():
                 self.text(description, [*loc, name])
 
@@ -216,7 +216,7 @@ class _Validator:
         criteria = q["criteria"]
         if not isinstance(criteria, list):
             return self.error(loc, "list_type")
-        if self.count(len(criteria), 1, SYSTEMONE_MAX_LEVELS, loc, "List"):
+        if self.count(len(criteria), _LEVELS["minItems"], _LEVELS["maxItems"], loc, "List"):
             for i, level in enumerate(criteria):
                 self.text(level, [*loc, i], nullable=False)
 
@@ -451,7 +451,7 @@ def decide(decider: Any, body: Any) -> dict:
 
 
 def render(decision: Decision, parsed: Parsed) -> dict:
-    """The 200 body (contract §2.6): answers keyed by id in request order."""
+    """The 200 body: answers keyed by question id in request order, score levels echoed as the legend."""
     answers = {}
     for qid, answer, legend in zip(parsed.ids, decision.answers, parsed.legends, strict=True):
         answers[qid] = _answer(answer, legend, qid)
