@@ -72,11 +72,13 @@ def json_response(body: object, status: int = 200, headers: dict | None = None) 
 def respond(exc: BaseException, protocol: Protocol | None, image_params: dict | None = None) -> Response:
     """The response to `exc` on a route of `protocol` (None: any other path)."""
     problem = (protocol.problem(exc) if protocol else None) or problem_for(exc, image_params or {})
-    if protocol is not None:
-        body = protocol.error_body(problem)
-    else:
-        body = {k: v for p in PROTOCOLS for k, v in p.error_body(problem).items()}
+    body = protocol.error_body(problem) if protocol else merged_body(problem)
     return json_response(body, problem.status, dict(problem.headers or {}) or None)
+
+
+def merged_body(problem: Problem) -> dict:
+    """Every protocol's error keys in one body, so that any client finds its message."""
+    return {k: v for p in PROTOCOLS for k, v in p.error_body(problem).items()}
 
 
 def problem_for(exc: BaseException, image_params: dict) -> Problem:
@@ -125,18 +127,17 @@ def _domain(exc: DecideError, image_params: dict) -> Problem:
     return Problem(500, message, category="internal")
 
 
-_HTTP_CATEGORIES = {
-    404: "not_found",
-    405: "method",
-    413: "too_large",
-    415: "media_type",
+_HTTP = {  # status → (code, category)
+    404: ("not_found", "not_found"),
+    405: ("method_not_allowed", "method"),
+    413: ("request_too_large", "too_large"),
+    415: ("unsupported_media_type", "media_type"),
 }
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}
 
 
 def _http(exc: HTTPException) -> Problem:
     status = exc.code or 500
-    category = _HTTP_CATEGORIES.get(status, "invalid" if status < 500 else "internal")
+    code, category = _HTTP.get(status, (None, "invalid" if status < 500 else "internal"))
     message = "no such route; GET /v1 lists the routes" if status == 404 else exc.description or exc.name
     headers = {"Allow": ", ".join(exc.valid_methods)} if status == 405 and getattr(exc, "valid_methods", None) else None
-    return Problem(status, message, _HTTP_CODES.get(status), category=category, headers=headers)
+    return Problem(status, message, code, category=category, headers=headers)

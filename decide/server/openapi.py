@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import __version__
 from ..wire import PROTOCOLS
-from ..wire.protocol import Protocol
+from ..wire.protocol import COMMON_ERRORS, Protocol
 from ..wire.schema import json_content
 
 _RETRY = {
@@ -22,7 +22,7 @@ _RETRY = {
 
 def _responses(protocol: Protocol) -> dict:
     out: dict = {"200": {"description": "the answers", "content": json_content(protocol.response)}}
-    for status, text in protocol.errors.items():
+    for status, text in sorted({**COMMON_ERRORS, **protocol.errors}.items()):
         schema = protocol.validation_error if status == "422" and protocol.validation_error else protocol.error
         out[status] = {"description": text, "content": json_content(schema)}
         if status in ("429", "503"):

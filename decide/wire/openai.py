@@ -387,12 +387,6 @@ def parse(body: Any, *, limits: Limits | None = None) -> Parsed:
     return _Parser(limits or Limits()).parse(body)
 
 
-def decide(decider: Any, body: Any) -> dict:
-    """A OpenAI Decisions body in, its response body out, answered by `decider` (a decide.Decider)."""
-    parsed = parse(body)
-    return render(decider.decide(parsed.request), parsed)
-
-
 # ---------------------------------------------------------------- rendering
 
 
@@ -690,11 +684,7 @@ PROTOCOL = Protocol(
         "401": "missing or wrong API key (auth on)",
         "403": "Host or Origin not allowed",
         "404": "unknown model (strict mode)",
-        "413": "body over the size cap (after zstd decoding too)",
         "415": "unsupported Content-Encoding",
-        "429": "queue full: retry after Retry-After seconds",
-        "431": "too many or too large request headers",
-        "500": "model or runtime failure",
-        "503": "model loading, or the request waited past its deadline: retry after Retry-After seconds",
     },
 )
+decide = PROTOCOL.decide

@@ -66,8 +66,22 @@ class Protocol:
     request_content: Callable[[], dict]  # its OpenAPI requestBody content
     response: str  # the components of a 200 body, an error body, a 422 body (if any)
     error: str
-    errors: Mapping[str, str]  # documented error statuses → when they happen
+    errors: Mapping[str, str]  # documented error statuses → when they happen (besides COMMON_ERRORS)
     validation_error: str | None = None
+
+    def decide(self, decider: Any, body: Any) -> dict:
+        """A request body in, its response body out, answered by `decider` (a decide.Decider)."""
+        parsed = self.parse(body, None, Limits())
+        return self.render(decider.decide(parsed.request), parsed)
+
+
+COMMON_ERRORS = {
+    "413": "body over the size cap (after zstd decoding too)",
+    "429": "queue full: retry after Retry-After seconds",
+    "431": "too many or too large request headers",
+    "500": "model or runtime failure",
+    "503": "model loading, or the request waited past its deadline: retry after Retry-After seconds",
+}
 
 
 PROTOCOLS: list[Protocol] = []

@@ -441,12 +441,6 @@ def parse(body: Any, *, parts: Mapping[str, bytes] | None = None, limits: Limits
     return Parsed(request, tuple(body["questions"]), tuple(legend for _, legend in built), body["model"])
 
 
-def decide(decider: Any, body: Any) -> dict:
-    """A TypeSafe System One body in, its response body out, answered by `decider` (a decide.Decider)."""
-    parsed = parse(body)
-    return render(decider.decide(parsed.request), parsed)
-
-
 # ---------------------------------------------------------------- rendering
 
 
@@ -693,12 +687,8 @@ PROTOCOL = Protocol(
         "400": "unsupported question (box), images on a text-only model, context length or token budget exceeded",
         "401": "wrong API key (auth on)",
         "403": "missing API key (auth on); Host or Origin not allowed",
-        "413": "body over the size cap (after zstd decoding too)",
         "415": "unsupported Content-Encoding or Content-Type",
         "422": "validation failed (every error found, with its location)",
-        "429": "queue full: retry after Retry-After seconds",
-        "431": "too many or too large request headers",
-        "500": "model or runtime failure",
-        "503": "model loading, or the request waited past its deadline: retry after Retry-After seconds",
     },
 )
+decide = PROTOCOL.decide
