@@ -42,19 +42,7 @@ from .common import (
 from .protocol import Problem, Protocol, UnknownModel
 from .schema import COUNT, PROBABILITY, const, json_content, nullable, obj, ref, text
 
-ROLES = ("user", "developer", "system", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
-DETAILS = ("low", "high", "auto", "original")
-STATUSES = ("in_progress", "completed", "incomplete")
-PHASES = ("commentary", "final_answer")
-ROLE_PARTS = {
-    "user": ("input_text", "input_image", "input_json"),
-    "developer": ("input_text",),
-    "system": ("input_text",),
-    "assistant": ("output_text", "refusal"),
-}
-OUTPUT_PARTS = ("input_text", "input_image")
-QUESTION_PARTS = ("input_text", "input_image", "input_json")
 PREFIX = {"system": "System: ", "developer": "Developer: ", "assistant": "Assistant: "}
 
 
@@ -211,7 +199,7 @@ class _Parser:
         return self.call_output(item, path, kind)
 
     def message(self, item: dict, path: tuple) -> list[Part]:
-        role = _enum(item, "role", path, ROLES, required=True, nullable=False)
+        role = _enum(item, "role", path, tuple(MESSAGES), required=True, nullable=False)
         if role == "assistant":
             _field(item, COMPONENTS["AssistantMessage"], "phase", path)
         parts = _field(item, COMPONENTS[MESSAGES[role]], "content", path)
@@ -219,7 +207,9 @@ class _Parser:
             return [Text(PREFIX.get(role, "") + parts)]
         if role == "assistant":
             return self.assistant_parts(parts, (*path, "content"))
-        rendered = [self.part(p, (*path, "content", j), ROLE_PARTS[role]) for j, p in enumerate(parts)]
+        rendered = [
+            self.part(p, (*path, "content", j), _part_types(MESSAGES[role], "content")) for j, p in enumerate(parts)
+        ]
         return [Text(PREFIX.get(role, "")), *rendered]
 
     def assistant_parts(self, parts: list, path: tuple) -> list[Part]:
@@ -227,7 +217,9 @@ class _Parser:
         last = None
         for j, p in enumerate(parts):
             p = _object(p, (*path, j))
-            kind = _enum(p, "type", (*path, j), ROLE_PARTS["assistant"], required=True, nullable=False)
+            kind = _enum(
+                p, "type", (*path, j), _part_types("AssistantMessage", "content"), required=True, nullable=False
+            )
             if kind == "output_text":
                 text = _field(p, COMPONENTS["OutputText"], "text", (*path, j))
                 if last == "output_text":
@@ -259,7 +251,7 @@ class _Parser:
         if isinstance(raw, str):
             output: list[Part] = [Text(raw)]
         else:
-            output = [self.part(p, (*path, "output", j), OUTPUT_PARTS) for j, p in enumerate(raw)]
+            output = [self.part(p, (*path, "output", j), _part_types(ITEMS[kind], "output")) for j, p in enumerate(raw)]
         self.optional_ids(item, schema, path)
         label = "Tool result" if kind == "function_call_output" else "Custom tool result"
         return [Text(f"{label} [{call_id}]: "), *output]
@@ -313,7 +305,8 @@ class _Parser:
         raw = _field(q, _QUESTION, "instructions", path)
         if isinstance(raw, str):
             return raw, ()
-        parts = [self.part(p, (*path, "instructions", j), QUESTION_PARTS, breakpoints=False) for j, p in enumerate(raw)]
+        allowed = _part_types("Question", "instructions")
+        parts = [self.part(p, (*path, "instructions", j), allowed, breakpoints=False) for j, p in enumerate(raw)]
         text = "".join(p.text for p in parts if isinstance(p, Text))
         pictures = [p for p in parts if isinstance(p, Image)]
         attachments = merge_texts(x for k, img in enumerate(pictures, 1) for x in (Text(f"Image reference: {k}"), img))
@@ -551,8 +544,8 @@ def _call_output(kind: str) -> dict:
 
 
 _BREAKPOINT = obj(["mode"], mode=const("explicit"))
-_DETAIL = {"enum": [*DETAILS, None]}
-_IDS = {"id": nullable(text()), "status": {"enum": [*STATUSES, None]}}
+_DETAIL = {"enum": ["low", "high", "auto", "original", None]}
+_IDS = {"id": nullable(text()), "status": {"enum": ["in_progress", "completed", "incomplete", None]}}
 _JSON_DATA = {
     "description": f"≤ {JSON_MAX_DEPTH} levels, ≤ {JSON_MAX_VALUES:,} values, ≤ {JSON_MAX_BYTES // 1024} KiB as compact JSON",
     "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
@@ -601,7 +594,7 @@ COMPONENTS: dict[str, dict] = {
         type=const("message"),
         role=const("assistant"),
         content=_content("OutputText", "Refusal"),
-        phase={"enum": [*PHASES, None]},
+        phase={"enum": ["commentary", "final_answer", None]},
     ),
     "FunctionCall": _call("function_call", "arguments"),
     "FunctionCallOutput": _call_output("function_call_output"),
@@ -623,6 +616,14 @@ REQUEST = obj(
     prompt_cache_options=nullable(_CACHE_OPTIONS),
     safety_identifier=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
 )
+
+
+def _part_types(component: str, key: str) -> tuple[str, ...]:
+    """The part types an array member of a component admits: the `type` consts of its items."""
+    schema = _QUESTION if component == "Question" else COMPONENTS[component]
+    array = next(r for r in _alternatives(schema["properties"][key]) if r.get("type") == "array")
+    names = [r["$ref"].rsplit("/", 1)[1] for r in array["items"]["anyOf"]]
+    return tuple(COMPONENTS[n]["properties"]["type"]["const"] for n in names)
 
 
 def schemas() -> dict[str, dict]:
