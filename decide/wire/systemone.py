@@ -200,25 +200,22 @@ class _Validator:
             if side in criteria:
                 self.text(criteria[side], [*loc, side])
 
-    def choice_criteria(self, q: dict, loc: list) -> None:
+    def criteria(self, q: dict, loc: list) -> None:
+        """Criteria as the kind form's schema states them: an object of named texts or a list of texts."""
+        schema = kinds.by_form(FORMS, kinds.on_wire("systemone")[q["type"]]).criteria
         if "criteria" not in q:
             return self.error(loc, "missing")
         criteria = q["criteria"]
-        if not isinstance(criteria, dict):
-            return self.error(loc, "dict_type")
-        if self.count(len(criteria), _NAMED["minProperties"], _NAMED["maxProperties"], loc, "Dictionary"):
-            for name, description in criteria.items():
-                self.text(description, [*loc, name])
-
-    def score_criteria(self, q: dict, loc: list) -> None:
-        if "criteria" not in q:
-            return self.error(loc, "missing")
-        criteria = q["criteria"]
-        if not isinstance(criteria, list):
-            return self.error(loc, "list_type")
-        if self.count(len(criteria), _LEVELS["minItems"], _LEVELS["maxItems"], loc, "List"):
-            for i, level in enumerate(criteria):
-                self.text(level, [*loc, i], nullable=False)
+        if schema["type"] == "object":
+            kind, what, lo, hi, item = dict, "Dictionary", "minProperties", "maxProperties", "additionalProperties"
+        else:
+            kind, what, lo, hi, item = list, "List", "minItems", "maxItems", "items"
+        if not isinstance(criteria, kind):
+            return self.error(loc, "dict_type" if kind is dict else "list_type")
+        if self.count(len(criteria), schema[lo], schema[hi], loc, what):
+            nullable = "null" in schema[item]["type"]
+            for key, value in criteria.items() if kind is dict else enumerate(criteria):
+                self.text(value, [*loc, key], nullable=nullable)
 
     def count(self, n: int, lo: int, hi: int, loc: list, what: str) -> bool:
         if n < lo:
@@ -503,14 +500,14 @@ _LEVELS = {"type": "array", "minItems": 1, "maxItems": SYSTEMONE_MAX_LEVELS, "it
 FORMS: dict[type[QuestionKind], Form] = {
     Predicate: Form(_Validator.noul_criteria, _sides, _noul_answer, _SIDES, {"noul": PROBABILITY}, False),
     Choice: Form(
-        _Validator.choice_criteria,
+        _Validator.criteria,
         _named,
         _choice_answer,
         _NAMED,
         {"choice": {"type": "string"}, "confidence": PROBABILITY, "probabilities": _DISTRIBUTION},
     ),
     Score: Form(
-        _Validator.score_criteria,
+        _Validator.criteria,
         _levels,
         _score_answer,
         _LEVELS,
