@@ -4,7 +4,7 @@
     app = create_app(ServerConfig(api_key="k"), decider=my_fake)   # tests
 
 A request: guard (Host, Origin, header sizes) → key → body (size caps, zstd, JSON depth) →
-protocol parse → limits → engine.prepare (tokenize, context check) → queue → decide_batch → render.
+protocol parse → its server caps → engine.prepare (tokenize, context check) → queue → decide_batch → render.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ log = logging.getLogger("decide.server")
 
 DRAIN_SECONDS = 10.0
 
-ROUTES = [{"method": "POST", "path": p.path, "protocol": p.title} for p in PROTOCOLS] + [
+OTHER_ROUTES = [
     {"method": "GET", "path": "/v1/models", "protocol": "OpenAI + TypeSafe"},
     {"method": "GET", "path": "/v1", "protocol": "route index"},
     {"method": "GET", "path": "/health", "protocol": "server status"},
@@ -228,7 +228,8 @@ def _models() -> Response:
 
 
 def _index() -> Response:
-    return json_response({"object": "list", "data": ROUTES})
+    decisions = [{"method": "POST", "path": p.path, "protocol": p.title} for p in PROTOCOLS]
+    return json_response({"object": "list", "data": decisions + OTHER_ROUTES})
 
 
 def _health() -> Response:
