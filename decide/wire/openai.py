@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache, cached_property
 from typing import Any
 
 from .. import kinds
@@ -108,14 +109,11 @@ def _field(obj: dict, schema: dict, key: str, path: tuple, *, max_items: int | N
     """obj[key] checked against the rule the OpenAPI document states for it in `schema` (an object
     component): presence, type, then maxLength, enum or const, minItems and maxItems (`max_items`
     may lower the last: a server cap). Absent, or null where the rule allows it, gives None."""
-    rules = _alternatives(schema["properties"][key])
-    types = tuple(dict.fromkeys(_JSON_TYPES[t] for r in rules for t in _types(r)))
-    nullable = type(None) in types
-    types = tuple(t for t in types if t is not type(None))
-    value = _get(obj, key, path, types, required=key in schema["required"], nullable=nullable)
+    _, rules, types, nullable, required = _compiled(schema, key)
+    value = _get(obj, key, path, types, required=required, nullable=nullable)
     if value is None:
         return None
-    rule = next(r for r in rules if isinstance(value, tuple(_JSON_TYPES[t] for t in _types(r))))
+    rule = next(r for r, python_types in rules if isinstance(value, python_types))
     where, n = (*path, key), len(value) if isinstance(value, (str, list)) else 0
     allowed = [v for v in rule.get("enum", [rule["const"]] if "const" in rule else []) if v is not None]
     if allowed and value not in allowed:
@@ -134,6 +132,27 @@ def _field(obj: dict, schema: dict, key: str, path: tuple, *, max_items: int | N
     if isinstance(value, list) and n > hi:
         raise _fail("array_above_max_length", where, f"array too long. Expected at most {hi} items, got {n}.")
     return value
+
+
+_COMPILED: dict[tuple[int, str], tuple] = {}
+
+
+def _compiled(schema: dict, key: str) -> tuple:
+    """(schema, [(alternative, its Python types)], the non-null types, nullable, required) of a field,
+    worked out once per schema (which the entry keeps alive, so its id stays its own)."""
+    hit = _COMPILED.get((id(schema), key))
+    if hit is None or hit[0] is not schema:
+        rules = [(r, tuple(_JSON_TYPES[t] for t in _types(r))) for r in _alternatives(schema["properties"][key])]
+        types = tuple(dict.fromkeys(t for _, ts in rules for t in ts))
+        present = tuple(t for t in types if t is not type(None))
+        hit = _COMPILED[(id(schema), key)] = (
+            schema,
+            rules,
+            present,
+            len(present) < len(types),
+            key in schema["required"],
+        )
+    return hit
 
 
 def _alternatives(rule: dict) -> list[dict]:
@@ -431,7 +450,7 @@ class Form:
     options: dict
     answer: dict
 
-    @property
+    @cached_property
     def question(self) -> dict:
         """The options' members as an object schema (what `_field` reads)."""
         return obj(list(self.options), **self.options)
@@ -618,6 +637,7 @@ REQUEST = obj(
 )
 
 
+@cache
 def _part_types(component: str, key: str) -> tuple[str, ...]:
     """The part types an array member of a component admits: the `type` consts of its items."""
     schema = _QUESTION if component == "Question" else COMPONENTS[component]
