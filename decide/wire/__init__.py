@@ -2,10 +2,13 @@
 
 `openai` (OpenAI Decisions), `systemone` (TypeSafe System One), `common` (body decoding,
 strict JSON, multipart, compact JSON text), `images` (data URLs, base64, format sniffing),
-`protocol` (the record each protocol fills, which the server loops over).
+`protocol` (the record each protocol fills), `schema` (JSON Schema building blocks).
+
+PROTOCOLS is every protocol the server speaks: the app, its error handler and the OpenAPI
+document loop over it, so a new protocol is one new module listed here.
 """
 
 from . import openai, systemone
-from .protocol import PROTOCOLS
+from .protocol import Protocol
 
-PROTOCOLS += [openai.PROTOCOL, systemone.PROTOCOL]
+PROTOCOLS: list[Protocol] = [openai.PROTOCOL, systemone.PROTOCOL]

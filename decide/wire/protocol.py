@@ -1,5 +1,5 @@
 """A wire protocol as one record: the server routes, answers errors and documents itself by
-looping over `PROTOCOLS` (filled by decide.wire), so a new protocol is one new module.
+looping over the records in `decide.wire.PROTOCOLS`, so a new protocol is one new module.
 
 No Flask here: a Problem is an error in protocol-neutral terms, and each protocol renders it
 in its own shape.
@@ -82,6 +82,3 @@ COMMON_ERRORS = {
     "500": "model or runtime failure",
     "503": "model loading, or the request waited past its deadline: retry after Retry-After seconds",
 }
-
-
-PROTOCOLS: list[Protocol] = []
