@@ -1,13 +1,15 @@
-"""Answers and the statistics of a distribution (contract §3): confidence and score."""
+"""Answers and the statistics of a distribution over a question's options: confidence and score."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .request import Option, Question
+if TYPE_CHECKING:  # the request model imports the kinds, which import the statistics below
+    from .request import Option, Question
 
 
 def softmax(log_likelihoods: Sequence[float]) -> np.ndarray:
@@ -67,26 +69,20 @@ class Answer:
     @property
     def probability(self) -> float:
         """P(true) for a predicate; the top probability otherwise."""
-        if self.kind == "predicate":
-            return self.probabilities[1]
-        return max(self.probabilities)
+        return self.question.spec.probability(self.probabilities)
 
     @property
     def confidence(self) -> float | None:
-        if self.kind == "choice":
-            return choice_confidence(self.probabilities)
-        if self.kind == "score":
-            return score_confidence(self.probabilities)
-        return None
+        return self.question.spec.confidence(self.probabilities)
 
     @property
     def score(self) -> float | None:
-        return expected_score(self.probabilities) if self.kind == "score" else None
+        return self.question.spec.score(self.probabilities)
 
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts of one request (contract §6.10), plus what the model really computed."""
+    """Token counts of one request as the protocols report them, plus what the model really computed."""
 
     input_tokens: int = 0
     cached_tokens: int = 0

@@ -16,9 +16,10 @@ import logging
 import sys
 from typing import Any, TextIO
 
-from . import __version__
+from . import __version__, kinds
 from .batch.cli import add_parser as add_batch_parser
 from .errors import DecideError
+from .kinds import Predicate, Score
 from .quality import cli as quality_cli
 
 BAR_WIDTH = 30
@@ -60,16 +61,19 @@ def _items(text: str, flag: str, name: str) -> list[str]:
 
 
 def _question(flag: str, spec: str) -> tuple[str, dict]:
+    """A flag's question as System One writes it: the flag names the kind (--noul, --choice, --score)."""
     name, instructions, rest = _split_spec(spec, flag)
-    if flag == "--noul":
-        return name, {"type": "noul", "instructions": rest}
+    wire = flag.removeprefix("--")
+    kind = kinds.on_wire("systemone")[wire]
+    if isinstance(kind, Predicate):
+        return name, {"type": wire, "instructions": rest}
     items = _items(rest, flag, name)
-    if flag == "--score":
-        return name, {"type": "score", "instructions": instructions, "criteria": items}
+    if isinstance(kind, Score):
+        return name, {"type": wire, "instructions": instructions, "criteria": items}
     duplicates = sorted({x for x in items if items.count(x) > 1})
     if duplicates:
-        raise CLIError(f"--choice {name}: option {duplicates[0]!r} is given twice; options must be distinct")
-    return name, {"type": "choice", "instructions": instructions, "criteria": dict.fromkeys(items)}
+        raise CLIError(f"{flag} {name}: option {duplicates[0]!r} is given twice; options must be distinct")
+    return name, {"type": wire, "instructions": instructions, "criteria": dict.fromkeys(items)}
 
 
 def systemone_body(state: str, specs: list[tuple[str, str]]) -> dict:
@@ -111,16 +115,16 @@ def bar(p: float) -> str:
 
 
 def _rows(answer: dict) -> list[tuple[str, float]]:
-    if answer["type"] == "noul":
+    if "noul" in answer:  # a yes/no answer carries P(true) alone
         return [("false", 1.0 - answer["noul"]), ("true", answer["noul"])]
     labels = answer.get("legend", {})
     return [(str(labels.get(k, k)), p) for k, p in answer["probabilities"].items()]
 
 
 def _headline(name: str, answer: dict) -> str:
-    if answer["type"] == "noul":
+    if "noul" in answer:
         return f"{name} (yes/no): P(true) = {answer['noul']:.3f}"
-    best = answer["choice"] if answer["type"] == "choice" else f"{answer['score']:.2f}"
+    best = f"{answer['score']:.2f}" if "score" in answer else answer["choice"]
     return f"{name} ({answer['type']}): {best}  confidence {answer['confidence']:.2f}"
 
 

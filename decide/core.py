@@ -24,11 +24,11 @@ import numpy as np
 
 from .answers import Answer, Decision, Usage
 from .bf16 import Precision
-from .errors import ContextLengthExceeded, DecideError, InvalidRequest, UnsupportedInput
+from .errors import ContextLengthExceeded, DecideError, InvalidRequest
 from .prompts import PromptBuilder, TokenizedQuestion
 from .quality import calibration
 from .quality.profile import Profile
-from .request import DecisionRequest, Option, Part, Question, Text
+from .request import DecisionRequest, Option, Part, Question, Text, refuse_images
 from .scoring import ScoreResult
 from .scoring.adapter import adapt, backends
 from .scoring.prompt_once import score_prompt_once
@@ -68,6 +68,10 @@ class DeciderOptions:
     backend: str = "auto"
     calibration: str | None = None
     profile: str | Path | Profile | None = None
+
+    def with_prefix_cache(self, cache_bytes: int) -> DeciderOptions:
+        """These options with a prefix-cache budget of `cache_bytes`."""
+        return replace(self, trie=replace(self.trie, cache_bytes=cache_bytes))
 
 
 class Decider:
@@ -208,28 +212,9 @@ class Decider:
         except DecideError as e:
             return e
 
-    def decide_openai(self, body: dict) -> dict:
-        """An OpenAI Decisions request body in, its response body out."""
-        from .wire import openai
-
-        parsed = openai.parse(body)
-        return openai.render(self.decide(parsed.request), parsed)
-
-    def decide_systemone(self, body: dict) -> dict:
-        """A TypeSafe System One request body in, its response body out."""
-        from .wire import systemone
-
-        parsed = systemone.parse(body)
-        return systemone.render(self.decide(parsed.request), parsed)
-
     def _check_images(self, request: DecisionRequest) -> None:
-        images = request.images
-        if images and not self.supports_images:
-            path, _ = images[0]
-            raise UnsupportedInput(
-                f"model {self.model_id} reads text only and cannot take images; remove them or serve a vision model",
-                path,
-            )
+        if not self.supports_images:
+            refuse_images(request.images, f"model {self.model_id}")
 
     def _check_context(self, tokenized: list[TokenizedQuestion]) -> None:
         limit = self.loaded.context_length

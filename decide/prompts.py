@@ -1,4 +1,4 @@
-"""What is scored (design.md §2): the prompt of a question and its candidate continuations.
+"""What is scored: the prompt of a question and its candidate continuations.
 
 A question's prompt is one user turn — the input, a blank line, the question block —
 rendered with the model's chat template (generation prompt on, thinking off). Candidate k
@@ -12,8 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
-from .errors import UnsupportedInput
-from .request import DecisionRequest, Image, Part, Question, Text
+from .request import DecisionRequest, Image, Part, Question, Text, refuse_images
 
 _MARKER = "\u2063decide-ending-marker\u2063"
 
@@ -32,8 +31,7 @@ def json_value(value: str | bool) -> str:
 
 
 def question_block(q: Question) -> str:
-    header = "Allowed answers (ordered from lowest to highest):" if q.kind == "score" else "Allowed answers:"
-    lines = ["Evaluate the preceding input.", f"Question: {q.instructions}", header]
+    lines = ["Evaluate the preceding input.", f"Question: {q.instructions}", q.spec.header]
     for o in q.options:
         lines.append(f"{json_value(o.value)} \u2014 {o.description}" if o.description else json_value(o.value))
     lines.append("Answer with exactly one of the JSON values above. Do not explain.")
@@ -43,8 +41,7 @@ def question_block(q: Question) -> str:
 def user_turn(input: tuple[Part, ...], q: Question) -> str:
     """The user turn's text. Only text models are served: an image here is a caller error."""
     parts = (*input, Text("\n\n" + question_block(q)), *q.attachments)
-    if any(isinstance(p, Image) for p in parts):
-        raise UnsupportedInput("this model reads text only; remove the images from the request")
+    refuse_images([((), p) for p in parts if isinstance(p, Image)], "this model")
     return "".join(p.text for p in parts)  # type: ignore[union-attr]
 
 

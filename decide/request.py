@@ -9,14 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
-from .errors import InvalidRequest
+from . import kinds
+from .errors import InvalidRequest, UnsupportedInput
+from .kinds import QuestionKind
+from .limits import MAX_OPTIONS
 
-Kind = Literal["predicate", "choice", "score"]
-KINDS: tuple[Kind, ...] = ("predicate", "choice", "score")
-
-MAX_OPTIONS = 255
 DEFAULT_FALSE = "The answer is no; the condition is false."
 DEFAULT_TRUE = "The answer is yes; the condition is true."
 
@@ -50,7 +48,7 @@ class Option:
 
 @dataclass(frozen=True)
 class Question:
-    kind: Kind
+    kind: str  # a name in kinds.KINDS
     instructions: str
     options: tuple[Option, ...]
     # Parts shown after the question block (question images, each after its reference text).
@@ -58,6 +56,11 @@ class Question:
 
     def __post_init__(self) -> None:
         _validate_question(self, ())
+
+    @property
+    def spec(self) -> QuestionKind:
+        """The kind's rules: its prompt header, accepted values and answer statistics."""
+        return kinds.kind(self.kind)
 
     @classmethod
     def predicate(
@@ -120,12 +123,24 @@ class DecisionRequest:
         return found
 
 
+def refuse_images(images: Sequence[tuple[tuple, Image]], reader: str) -> None:
+    """Images for a reader of text only (`reader`: "model X"): the first one's path names the mistake."""
+    if images:
+        path, _ = images[0]
+        raise UnsupportedInput(
+            f"{reader} reads text only and cannot take images; remove them or serve a vision model", path
+        )
+
+
 def _as_option(o: str | bool | Option | tuple) -> Option:
     if isinstance(o, Option):
         return o
     if isinstance(o, tuple):
         return Option(*o)
     return Option(o)
+
+
+_TYPE_NAMES = {str: "a string", bool: "a boolean"}
 
 
 def _validate_part(part: object, path: tuple) -> None:
@@ -140,13 +155,13 @@ def _validate_part(part: object, path: tuple) -> None:
 
 
 def _validate_question(q: Question, path: tuple) -> None:
-    if q.kind not in KINDS:
-        raise InvalidRequest(f"unknown question kind {q.kind!r}; expected one of {KINDS}", (*path, "kind"))
+    if q.kind not in kinds.KINDS:
+        raise InvalidRequest(f"unknown question kind {q.kind!r}; expected one of {tuple(kinds.KINDS)}", (*path, "kind"))
     if not isinstance(q.instructions, str):
         raise InvalidRequest("instructions must be a string", (*path, "instructions"), "invalid_type")
+    spec = q.spec
+    spec.check([o.value for o in q.options], path)
     n = len(q.options)
-    if q.kind == "predicate" and [o.value for o in q.options] != [False, True]:
-        raise InvalidRequest("predicate options must be [false, true]", (*path, "options"))
     if n < 1:
         raise InvalidRequest(
             f"a {q.kind} question needs at least one option", (*path, "options"), "array_below_min_length"
@@ -162,15 +177,15 @@ def _validate_question(q: Question, path: tuple) -> None:
         where = (*path, "options", i)
         if isinstance(o.value, float) and not math.isfinite(o.value):
             raise InvalidRequest("option values must be finite", (*where, "value"), "invalid_value")
-        if not isinstance(o.value, (str, bool)) or (q.kind == "score" and not isinstance(o.value, str)):
-            allowed = "a string" if q.kind == "score" else "a string or a boolean"
+        if not isinstance(o.value, spec.value_types):
+            allowed = " or ".join(_TYPE_NAMES[t] for t in spec.value_types)
             raise InvalidRequest(
                 f"an option value must be {allowed}, got {o.value!r}", (*where, "value"), "invalid_type"
             )
         if o.description is not None and not isinstance(o.description, str):
             raise InvalidRequest("a description must be a string or None", (*where, "description"), "invalid_type")
         key = (type(o.value), o.value)
-        if q.kind == "choice" and key in seen:
+        if spec.distinct and key in seen:
             raise InvalidRequest(f"duplicate choice value {o.value!r}", (*where, "value"), "invalid_value")
         seen.add(key)
     for i, part in enumerate(q.attachments):

@@ -22,13 +22,13 @@ from safetensors.numpy import save_file
 from tqdm import tqdm
 
 from decide.errors import ModelLoadError
+from decide.limits import CONTEXT_CAP
 from decide.models.tokenizer import tokenizer_from_gguf
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_ARCHS = ("llama", "qwen2")
 SHARD_BYTES = 2 << 30
-CONTEXT_CAP = 32768
 
 _GLOBAL_NAMES = {
     "token_embd": "model.embed_tokens",

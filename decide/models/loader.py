@@ -10,13 +10,13 @@ from typing import Any
 
 from decide import bf16, runtime
 from decide.errors import ModelLoadError
+from decide.limits import CONTEXT_CAP
 from decide.models.sources import resolve
 from decide.models.tokenizer import ChatTokenizer
 from decide.runtime import mx
 
 log = logging.getLogger(__name__)
 
-CONTEXT_CAP = 32768
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length")
 
 

@@ -1,10 +1,10 @@
-"""The Flask app: both wire protocols over one engine that owns the decider (contract §0–§2).
+"""The Flask app: every wire protocol (decide.wire.PROTOCOLS) over one engine that owns the decider.
 
     app = create_app()                                  # loads Decider.load(DECIDE_MODEL) in the background
     app = create_app(ServerConfig(api_key="k"), decider=my_fake)   # tests
 
 A request: guard (Host, Origin, header sizes) → key → body (size caps, zstd, JSON depth) →
-protocol parse → limits → engine.prepare (tokenize, context check) → queue → decide_batch → render.
+protocol parse → its server caps → engine.prepare (tokenize, context check) → queue → decide_batch → render.
 """
 
 from __future__ import annotations
@@ -23,27 +23,15 @@ from typing import Any
 from flask import Flask, Response, current_app, g, request
 
 from ..answers import Decision
-from ..errors import UnsupportedInput
 from ..request import DecisionRequest
-from ..wire import openai, systemone
-from ..wire.common import (
-    OPENAI_ALIAS,
-    SYSTEMONE_ALIAS,
-    BodyTooLarge,
-    Limits,
-    UnsupportedMediaType,
-    decode_body,
-    is_multipart,
-    loads_object,
-    loads_strict,
-    models_body,
-    parse_multipart,
-)
+from ..wire import PROTOCOLS
+from ..wire.common import OPENAI_ALIAS, SYSTEMONE_ALIAS, BodyTooLarge, Limits, decode_body, models_body
 from ..wire.images import fetch_remote
-from . import limits, playground
+from ..wire.protocol import Protocol, Unauthorized, UnknownModel
+from . import playground
 from .config import ServerConfig
 from .engine import DeciderLike, Engine, EngineOptions, conversion_progress
-from .errors import BudgetExceeded, Unauthorized, Unavailable, UnknownModel, family, json_response, problem_for
+from .errors import BudgetExceeded, Unavailable, json_response, respond
 from .hardening import Guard, check_json, client_alive
 from .memory import cap_mlx_cache, tame_malloc
 from .metrics import Metrics, log_access
@@ -53,9 +41,7 @@ log = logging.getLogger("decide.server")
 
 DRAIN_SECONDS = 10.0
 
-ROUTES = [
-    {"method": "POST", "path": "/v1/decisions", "protocol": "OpenAI Decisions"},
-    {"method": "POST", "path": "/v1/systemone", "protocol": "TypeSafe System One"},
+OTHER_ROUTES = [
     {"method": "GET", "path": "/v1/models", "protocol": "OpenAI + TypeSafe"},
     {"method": "GET", "path": "/v1", "protocol": "route index"},
     {"method": "GET", "path": "/health", "protocol": "server status"},
@@ -89,6 +75,10 @@ def create_app(
     """The WSGI app. Without a decider, `load` (default: Decider.load(config.model)) runs in the
     engine thread; with background_load off it runs here, so a bad model fails at start-up."""
     config = config or ServerConfig.from_env()
+    if config.tune_malloc:
+        # Here, not in gunicorn's post_fork: this runs in every way the app is served (a gunicorn
+        # worker after the fork, `flask run`, tests), before the engine and request threads start.
+        tame_malloc()
     load = load or _loader(config)
     if decider is None and not config.background_load:
         decider = load()
@@ -117,13 +107,10 @@ def create_app(
 def _loader(config: ServerConfig) -> Callable[[], DeciderLike]:
     def load() -> DeciderLike:
         from ..core import Decider, DeciderOptions
-        from ..scoring.trie import TrieOptions
 
-        if config.tune_malloc:
-            tame_malloc()
         options = None
         if config.prefix_cache_bytes is not None:
-            options = DeciderOptions(trie=TrieOptions(cache_bytes=config.prefix_cache_bytes))
+            options = DeciderOptions().with_prefix_cache(config.prefix_cache_bytes)
         decider = Decider.load(config.model, options)
         cap_mlx_cache(config.mlx_cache_bytes)
         return decider
@@ -189,25 +176,27 @@ def _observe(rid: str, status: int) -> None:
 
 
 def _on_error(exc: Exception) -> Response:
-    problem = problem_for(exc, family(request.path), g.get("image_params"))
-    if problem.status >= 500 and not isinstance(exc, Unavailable):
-        log.error("request %s %s %s failed", g.get("request_id"), request.method, request.path, exc_info=exc)
-    else:
-        log.debug("request %s: %s %s", g.get("request_id"), problem.status, problem.message)
+    protocol = next((p for p in PROTOCOLS if p.path == request.path), None)
+    image_params = getattr(g.get("parsed"), "image_params", None)
     try:
-        return problem.shape(family(request.path))
+        response = respond(exc, protocol, image_params)
     except ValueError:  # a non-finite number in an error message's data: never let the handler fail
-        return json_response(
+        response = json_response(
             {"error": {"message": "internal error", "type": "server_error", "param": None, "code": None}}, 500
         )
+    if response.status_code >= 500 and not isinstance(exc, Unavailable):
+        log.error("request %s %s %s failed", g.get("request_id"), request.method, request.path, exc_info=exc)
+    else:
+        log.debug("request %s: %s %s", g.get("request_id"), response.status_code, exc)
+    return response
 
 
 # ---------------------------------------------------------------- routes
 
 
 def _routes(app: Flask) -> None:
-    app.add_url_rule("/v1/decisions", "decisions", _decisions, methods=["POST"])
-    app.add_url_rule("/v1/systemone", "systemone", _systemone, methods=["POST"])
+    for protocol in PROTOCOLS:
+        app.add_url_rule(protocol.path, protocol.path, _decision_route(protocol), methods=["POST"])
     app.add_url_rule("/v1/models", "models", _models, methods=["GET"])
     app.add_url_rule("/v1", "index", _index, methods=["GET"])
     app.add_url_rule("/health", "health", _health, methods=["GET"])
@@ -216,37 +205,18 @@ def _routes(app: Flask) -> None:
     playground.register(app)
 
 
-def _decisions() -> Response:
-    state = _state()
-    state.engine.ready_decider()  # 503 while loading, before the body is read
-    body = loads_object(_read_body())
-    check_json(body, state.config.max_json_depth)
-    parsed = openai.parse(body, limits=state.limits)
-    g.image_params = parsed.image_params
-    _check_model(parsed.model)
-    limits.check_openai(parsed.request, state.config)
-    return json_response(openai.render(_decide(parsed.request), parsed))
+def _decision_route(protocol: Protocol) -> Callable[[], Response]:
+    def route() -> Response:
+        state = _state()
+        state.engine.ready_decider()  # 503 while loading, before the body is read
+        body, parts = protocol.read(_read_body(), request.headers.get("Content-Type", ""))
+        check_json(body, state.config.max_json_depth)
+        g.parsed = parsed = protocol.parse(body, parts, state.limits)
+        _check_model(parsed.model)
+        protocol.check_caps(parsed, state.config.max_options, state.config.max_images)
+        return json_response(protocol.render(_decide(parsed.request), parsed))
 
-
-def _systemone() -> Response:
-    state = _state()
-    state.engine.ready_decider()
-    raw = _read_body()
-    content_type = request.headers.get("Content-Type", "")
-    parts = None
-    if is_multipart(content_type):
-        body, parts = systemone.split_form(parse_multipart(raw, content_type))
-    elif content_type.strip().lower().startswith("multipart/"):
-        raise UnsupportedMediaType(
-            f"unsupported Content-Type {content_type!r}; send application/json or multipart/form-data"
-        )
-    else:
-        body = loads_strict(raw)
-    check_json(body, state.config.max_json_depth)
-    parsed = systemone.parse(body, parts=parts, limits=state.limits)
-    _check_model(parsed.model)
-    limits.check_systemone(parsed.request, parsed.ids, state.config)
-    return json_response(systemone.render(_decide(parsed.request), parsed))
+    return route
 
 
 def _models() -> Response:
@@ -258,7 +228,8 @@ def _models() -> Response:
 
 
 def _index() -> Response:
-    return json_response({"object": "list", "data": ROUTES})
+    decisions = [{"method": "POST", "path": p.path, "protocol": p.title} for p in PROTOCOLS]
+    return json_response({"object": "list", "data": decisions + OTHER_ROUTES})
 
 
 def _health() -> Response:
@@ -324,11 +295,6 @@ def _decide(req: DecisionRequest) -> Decision:
     for the engine. The deadline bounds the wait in the queue, not the compute."""
     state = _state()
     engine = state.engine
-    decider = engine.ready_decider()
-    found = req.images
-    if found and not decider.supports_images:
-        path, _ = found[0]
-        raise UnsupportedInput(f"model {decider.model_id} reads text only and cannot take images", path)
     g.obs["questions"] = len(req.questions)
     work = engine.prepare(req)
     if work.exact and work.tokens > state.config.max_request_tokens:

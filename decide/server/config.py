@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
-from ..wire.common import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUESTIONS
+from .. import limits
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -23,7 +23,7 @@ class ServerConfig:
     # [DECIDE_API_KEY] the one API key for both protocols; None or empty = auth off (the header is ignored).
     api_key: str | None = field(default=None, repr=False)
     # [DECIDE_MAX_BODY_BYTES] cap on a request body, checked before and after zstd decoding (413 beyond).
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_body_bytes: int = limits.MAX_BODY_BYTES
     # [DECIDE_STRICT_MODELS] reject model names other than the served id, jev-latest, gpt-6-luna and the aliases.
     strict_models: bool = False
     # [DECIDE_MODEL_ALIASES] extra accepted model names, comma separated; all answer with the served model.
@@ -31,7 +31,7 @@ class ServerConfig:
     # [DECIDE_FETCH_REMOTE_IMAGES] read http(s) image URLs (10 s, 20 MiB); off = such URLs are a 400.
     fetch_remote_images: bool = False
     # [DECIDE_MAX_QUESTIONS] questions per request (OpenAI never more than 400).
-    max_questions: int = DEFAULT_MAX_QUESTIONS
+    max_questions: int = limits.MAX_QUESTIONS
     # [DECIDE_MAX_PENDING] requests waiting for the engine; one more gets an immediate 429 + Retry-After.
     max_pending: int = 32
     # [DECIDE_MODEL] the model create_app loads when it is given no decider (None = Decider.load's default).
@@ -44,13 +44,13 @@ class ServerConfig:
     # [DECIDE_BATCH_MAX_QUESTIONS] questions merged into one decide_batch call.
     batch_max_questions: int = 64
     # [DECIDE_MAX_REQUEST_TOKENS] input tokens of one request (usage.input_tokens); more is a 400 before compute.
-    max_request_tokens: int = 1 << 20
+    max_request_tokens: int = limits.MAX_REQUEST_TOKENS
     # [DECIDE_MAX_OPTIONS] choices or levels per question (the protocols allow at most 255 and 10).
-    max_options: int = 255
+    max_options: int = limits.MAX_OPTIONS
     # [DECIDE_MAX_IMAGES] images per request.
-    max_images: int = 128
+    max_images: int = limits.MAX_IMAGES
     # [DECIDE_MAX_JSON_DEPTH] nesting depth of a JSON body (System One states may nest 64 levels themselves).
-    max_json_depth: int = 100
+    max_json_depth: int = limits.MAX_JSON_DEPTH
     # [DECIDE_MAX_HEADER_BYTES] total size of the request headers (names + values); 431 beyond.
     max_header_bytes: int = 32 * 1024
     # [DECIDE_MAX_HEADERS] number of request headers; 431 beyond.

@@ -1,40 +1,27 @@
-"""Every error as a JSON response in the shape of the route that raised it.
+"""Every error as a Problem, rendered by the protocol of the route that raised it.
 
-Route families: `openai` (/v1/decisions: `{"error": {...}}`), `systemone` (/v1/systemone:
-`{"detail": ...}`) and `merged` (every other path: both keys, so either SDK finds a message).
+A protocol's own route answers in its shape (its `problem` hook first, for the statuses it
+defines itself); every other path gets every protocol's keys merged, so either SDK finds a message.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from flask import Response
 from werkzeug.exceptions import HTTPException
 
 from ..errors import ContextLengthExceeded, DecideError, InvalidRequest, UnsupportedInput
-from ..wire import openai, systemone
-from ..wire.common import MalformedBody, WireError
+from ..wire import PROTOCOLS
+from ..wire.common import WireError
+from ..wire.openai import bracket_path
+from ..wire.protocol import Problem, Protocol, Unauthorized, UnknownModel
 
 RETRY_AFTER_S = 1
 
 
 def retry_headers(seconds: int) -> dict[str, str]:
     return {"Retry-After": str(seconds), "retry-after-ms": str(seconds * 1000)}
-
-
-class Unauthorized(Exception):
-    """No usable `Authorization: Bearer` header (`missing`), or the wrong key."""
-
-    def __init__(self, missing: bool) -> None:
-        super().__init__("missing API key" if missing else "invalid API key")
-        self.missing = missing
-
-
-class UnknownModel(Exception):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"Unknown model: {name}")
-        self.name = name
 
 
 class Overloaded(Exception):
@@ -73,14 +60,6 @@ class BudgetExceeded(Exception):
     """400: a request whose input tokens exceed the per-request budget, refused before compute."""
 
 
-def family(path: str) -> str:
-    if path == "/v1/decisions":
-        return "openai"
-    if path == "/v1/systemone":
-        return "systemone"
-    return "merged"
-
-
 def dumps(body: object) -> str:
     """Compact UTF-8 JSON in insertion order; a NaN or Infinity is a bug and raises ValueError."""
     return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -90,129 +69,75 @@ def json_response(body: object, status: int = 200, headers: dict | None = None) 
     return Response(dumps(body), status=status, headers=headers, mimetype="application/json")
 
 
-@dataclass
-class Problem:
-    """One error in protocol-neutral terms; `shape()` picks the body for a route family."""
-
-    status: int
-    message: str
-    code: str | None = None  # OpenAI error.code
-    param: str | None = None  # OpenAI error.param
-    type: str = "invalid_request_error"  # OpenAI error.type
-    error_type: str = "api_usage_error"  # System One detail.error_type
-    detail: list | None = None  # System One 422 entries, when the problem is a validation failure
-    headers: dict | None = None
-    merged: bool = False  # render the merged body whatever the route (unknown paths)
-
-    def shape(self, fam: str) -> Response:
-        fam = "merged" if self.merged else fam
-        oa = openai.error_body(self.message, type=self.type, param=self.param, code=self.code)
-        s1 = (
-            systemone.validation_body(self.detail)
-            if self.detail
-            else systemone.error_body(self.error_type, self.message)
-        )
-        body = oa if fam == "openai" else s1 if fam == "systemone" else {**oa, **s1}
-        return json_response(body, self.status, self.headers)
+def respond(exc: BaseException, protocol: Protocol | None, image_params: dict | None = None) -> Response:
+    """The response to `exc` on a route of `protocol` (None: any other path)."""
+    problem = (protocol.problem(exc) if protocol else None) or problem_for(exc, image_params or {})
+    body = protocol.error_body(problem) if protocol else merged_body(problem)
+    return json_response(body, problem.status, dict(problem.headers or {}) or None)
 
 
-def problem_for(exc: BaseException, fam: str, image_params: dict | None = None) -> Problem:
-    """Map any exception to a Problem for family `fam` (statuses differ by protocol for some)."""
+def merged_body(problem: Problem) -> dict:
+    """Every protocol's error keys in one body, so that any client finds its message."""
+    return {k: v for p in PROTOCOLS for k, v in p.error_body(problem).items()}
+
+
+def problem_for(exc: BaseException, image_params: dict) -> Problem:
+    """Map any exception to a Problem (what every protocol agrees on)."""
     if isinstance(exc, Unauthorized):
-        return _auth(exc, fam)
-    if isinstance(exc, MalformedBody):
-        return _malformed(exc, fam)
+        if exc.missing:
+            return Problem(401, "missing API key: send 'Authorization: Bearer <key>'", category="auth")
+        return Problem(401, "invalid API key", "invalid_api_key", category="auth")
     if isinstance(exc, WireError):
-        return Problem(exc.status, exc.message, exc.code, error_type=exc.error_type)
-    if isinstance(exc, systemone.ValidationFailed):
-        return Problem(422, str(exc), "invalid_value", detail=exc.entries)
-    if isinstance(exc, systemone.UsageError):
-        return Problem(400, exc.message)
+        return Problem(exc.status, exc.message, exc.code, category=exc.category)
     if isinstance(exc, UnknownModel):
-        status = 404 if fam == "openai" else 400
-        return Problem(status, str(exc), "model_not_found", "model")
+        return Problem(400, str(exc), "model_not_found", "model")
     if isinstance(exc, (Overloaded, Unavailable, Forbidden, HeadersTooLarge, BudgetExceeded)):
         return _serving(exc)
     if isinstance(exc, DecideError):
-        return _domain(exc, image_params or {})
+        return _domain(exc, image_params)
     if isinstance(exc, HTTPException):
         return _http(exc)
-    return Problem(
-        500, "the server failed to answer this request", None, type="server_error", error_type="internal_error"
-    )
+    return Problem(500, "the server failed to answer this request", category="internal")
 
 
 def _serving(exc: Exception) -> Problem:
     """The problems the serving layer adds (admission, readiness, hardening, budgets)."""
     if isinstance(exc, Overloaded):
         return Problem(
-            429,
-            str(exc),
-            "rate_limit_exceeded",
-            type="rate_limit_error",
-            error_type="rate_limit_error",
-            headers=retry_headers(exc.retry_after),
+            429, str(exc), "rate_limit_exceeded", category="rate_limit", headers=retry_headers(exc.retry_after)
         )
     if isinstance(exc, Unavailable):
-        return Problem(
-            503,
-            exc.message,
-            exc.code,
-            type="server_error",
-            error_type="overloaded_error",
-            headers=retry_headers(exc.retry_after),
-        )
+        return Problem(503, exc.message, exc.code, category="unavailable", headers=retry_headers(exc.retry_after))
     if isinstance(exc, Forbidden):
-        return Problem(403, exc.message, exc.code, error_type="permission_denied")
+        return Problem(403, exc.message, exc.code, category="forbidden")
     if isinstance(exc, HeadersTooLarge):
-        return Problem(431, str(exc), "request_header_fields_too_large", error_type="request_header_fields_too_large")
+        return Problem(431, str(exc), "request_header_fields_too_large", category="headers")
     return Problem(400, str(exc), "token_budget_exceeded")
-
-
-def _auth(exc: Unauthorized, fam: str) -> Problem:
-    if fam == "systemone" and exc.missing:
-        return Problem(403, "send the API key as 'Authorization: Bearer <key>'", error_type="authentication_error")
-    code = None if exc.missing else "invalid_api_key"
-    message = "missing API key: send 'Authorization: Bearer <key>'" if exc.missing else "invalid API key"
-    return Problem(401, message, code, error_type="authentication_error")
-
-
-def _malformed(exc: MalformedBody, fam: str) -> Problem:
-    if fam != "systemone":
-        return Problem(400, exc.message)
-    if exc.not_object:
-        entry = systemone.entry([], "dict_type")
-    elif exc.loc:
-        entry = systemone.entry(list(exc.loc[1:]), "value_error", f"Value error, {exc.message}")
-    else:
-        entry = systemone.entry([exc.offset or 0], "json_invalid", f"JSON decode error: {exc.message}")
-    return Problem(422, exc.message, detail=[entry])
 
 
 def _domain(exc: DecideError, image_params: dict) -> Problem:
     message = getattr(exc, "message", str(exc))
     if isinstance(exc, UnsupportedInput):
-        return Problem(400, message, exc.code, image_params.get(exc.path, openai.bracket_path(exc.path)))
+        return Problem(400, message, exc.code, image_params.get(exc.path, bracket_path(exc.path)))
     if isinstance(exc, ContextLengthExceeded):
         return Problem(400, message, "context_length_exceeded")
     if isinstance(exc, InvalidRequest):
-        return Problem(400, message, exc.code, openai.bracket_path(exc.path))
+        return Problem(400, message, exc.code, bracket_path(exc.path))
     # ModelNotFound / ModelLoadError at request time: the server's fault, not the client's
-    return Problem(500, message, None, type="server_error", error_type="internal_error")
+    return Problem(500, message, category="internal")
 
 
-_HTTP_CODES = {
+_HTTP = {  # status → (code, category)
     404: ("not_found", "not_found"),
-    405: ("method_not_allowed", "method_not_allowed"),
-    413: ("request_too_large", "request_too_large"),
-    415: ("unsupported_media_type", "unsupported_media_type"),
+    405: ("method_not_allowed", "method"),
+    413: ("request_too_large", "too_large"),
+    415: ("unsupported_media_type", "media_type"),
 }
 
 
 def _http(exc: HTTPException) -> Problem:
     status = exc.code or 500
-    code, error_type = _HTTP_CODES.get(status, (None, "api_usage_error" if status < 500 else "internal_error"))
+    code, category = _HTTP.get(status, (None, "invalid" if status < 500 else "internal"))
     message = "no such route; GET /v1 lists the routes" if status == 404 else exc.description or exc.name
     headers = {"Allow": ", ".join(exc.valid_methods)} if status == 405 and getattr(exc, "valid_methods", None) else None
-    kind = "server_error" if status >= 500 else "invalid_request_error"
-    return Problem(status, message, code, type=kind, error_type=error_type, headers=headers, merged=status == 404)
+    return Problem(status, message, code, category=category, headers=headers)

@@ -26,16 +26,13 @@ limit_request_field_size = 8190
 
 
 def post_fork(server, worker):
-    """In the new worker, before the app loads and its threads start: JSON for gunicorn's own
-    errors, malloc settings that keep RSS flat, and decide's log lines."""
+    """In the new worker, before the app loads: JSON for gunicorn's own errors and decide's log
+    lines (create_app tunes malloc)."""
     import logging
 
     from decide.server.hardening import install_gunicorn_json_errors
-    from decide.server.memory import tame_malloc
 
     install_gunicorn_json_errors()
-    if os.environ.get("DECIDE_TUNE_MALLOC", "1").strip().lower() not in ("0", "false", "no", "off"):
-        tame_malloc()
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"))
     logger = logging.getLogger("decide")

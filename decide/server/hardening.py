@@ -17,8 +17,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..wire.common import MalformedBody
+from ..wire.protocol import Problem
 from .config import ServerConfig
-from .errors import Forbidden, HeadersTooLarge, dumps
+from .errors import Forbidden, HeadersTooLarge, dumps, merged_body
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -164,14 +165,8 @@ def client_alive(sock: socket.socket | None) -> Callable[[], bool]:
 def json_http_error(status: int, reason: str, message: str) -> bytes:
     """A whole HTTP response for errors gunicorn answers itself (bad request line, huge header)."""
     rid = "req_" + uuid.uuid4().hex
-    kind = "request_header_fields_too_large" if status == 431 else "api_usage_error"
     text = f"{reason}: {message}" if message else reason
-    body = dumps(
-        {
-            "error": {"message": text, "type": "invalid_request_error", "param": None, "code": None},
-            "detail": {"error_type": kind, "message": text},
-        }
-    ).encode()
+    body = dumps(merged_body(Problem(status, text, category="headers" if status == 431 else "invalid"))).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nx-request-id: {rid}\r\nx-typesafe-request-id: {rid}\r\n\r\n"

@@ -17,10 +17,9 @@ import zstandard
 from werkzeug.http import parse_options_header
 from werkzeug.sansio.multipart import Data, Epilogue, Field, File, MultipartDecoder, NeedData
 
+from ..limits import MAX_BODY_BYTES, MAX_QUESTIONS
 from ..request import Part, Text
 
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
-DEFAULT_MAX_QUESTIONS = 400
 _READ_CHUNK = 1 << 20
 
 
@@ -30,12 +29,12 @@ _READ_CHUNK = 1 << 20
 class WireError(Exception):
     """A problem with the HTTP body itself, before either protocol looks at it.
 
-    `code` is the OpenAI `error.code`, `error_type` the System One `detail.error_type`.
+    `code` is a stable reason for programs, `category` what kind of failure (see protocol.Problem).
     """
 
     status = 400
     code: str | None = None
-    error_type = "api_usage_error"
+    category = "invalid"
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -45,19 +44,19 @@ class WireError(Exception):
 class BodyTooLarge(WireError):
     status = 413
     code = "request_too_large"
-    error_type = "request_too_large"
+    category = "too_large"
 
 
 class UnsupportedEncoding(WireError):
     status = 415
     code = "unsupported_content_encoding"
-    error_type = "unsupported_media_type"
+    category = "media_type"
 
 
 class UnsupportedMediaType(WireError):
     status = 415
     code = "unsupported_media_type"
-    error_type = "unsupported_media_type"
+    category = "media_type"
 
 
 class MalformedBody(WireError):
@@ -82,14 +81,14 @@ class Limits:
     are then rejected. With it, parsing may do network I/O; tests leave it None.
     """
 
-    max_questions: int = DEFAULT_MAX_QUESTIONS
+    max_questions: int = MAX_QUESTIONS
     fetch_image: Callable[[str], bytes] | None = None
 
 
 # ---------------------------------------------------------------- body decoding
 
 
-def decode_body(raw: bytes, content_encoding: str | None, cap: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+def decode_body(raw: bytes, content_encoding: str | None, cap: int = MAX_BODY_BYTES) -> bytes:
     """Undo `Content-Encoding` (identity or zstd, in any stacking), refusing to grow past `cap`."""
     codings = [c.strip().lower() for c in (content_encoding or "").split(",") if c.strip()]
     unknown = [c for c in codings if c not in ("identity", "zstd")]
@@ -322,7 +321,7 @@ SYSTEMONE_ALIAS = "jev-latest"
 
 
 def models_body(served: str, aliases: Sequence[str], created: int, release_date: str) -> dict:
-    """One body for both SDKs (contract §2.10): OpenAI's `data[]` and TypeSafe's `models[]`, served id first."""
+    """One body for both SDKs (each reads its own key): OpenAI's `data[]` and TypeSafe's `models[]`, served id first."""
     names = list(dict.fromkeys([served, OPENAI_ALIAS, SYSTEMONE_ALIAS, *aliases]))
     data = [{"id": n, "object": "model", "created": created, "owned_by": "local"} for n in names]
     models = [

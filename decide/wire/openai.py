@@ -1,46 +1,49 @@
-"""OpenAI Decisions (`POST /v1/decisions`, contract §1): body dict ⇄ DecisionRequest / Decision.
+"""OpenAI Decisions (`POST /v1/decisions`): body dict ⇄ DecisionRequest / Decision.
 
 `parse` validates in document order and raises the first problem as InvalidRequest(message,
 path, code); `bracket_path(path)` gives its OpenAI `param`. Non-user input items are rendered
-to text per contract §6.12; names never reach the request.
+to text ("System: …", "Tool call name [id]: …") so that a text model reads the whole
+conversation; question names never reach the request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache, cached_property
 from typing import Any
 
-from ..answers import Decision
+from .. import kinds
+from ..answers import Answer, Decision
 from ..errors import InvalidRequest
-from ..request import DecisionRequest, Image, Option, Part, Question, Text
+from ..kinds import Choice, Predicate, QuestionKind, Score
+from ..limits import (
+    JSON_MAX_BYTES,
+    JSON_MAX_DEPTH,
+    JSON_MAX_VALUES,
+    MAX_ID_LENGTH,
+    MAX_IMAGES,
+    MAX_OPTIONS,
+    MAX_QUESTIONS,
+    MAX_TEXT,
+    OPENAI_MIN_OPTIONS,
+)
+from ..request import DEFAULT_FALSE, DEFAULT_TRUE, DecisionRequest, Image, Option, Part, Question, Text
 from . import images
-from .common import JSONShapeError, Limits, check_distribution, check_json_value, compact_json, join_blocks, merge_texts
+from .common import (
+    JSONShapeError,
+    Limits,
+    check_distribution,
+    check_json_value,
+    compact_json,
+    join_blocks,
+    loads_object,
+    merge_texts,
+)
+from .protocol import Problem, Protocol, UnknownModel
+from .schema import COUNT, PROBABILITY, const, json_content, nullable, obj, ref, text
 
-MAX_QUESTIONS = 400
-MAX_CHOICES = 255
-MAX_LEVELS = 255
-MAX_IMAGES = 128
-MAX_TEXT = 1_048_576
-MAX_ID_LENGTH = 64
-JSON_MAX_DEPTH = 32
-JSON_MAX_VALUES = 10_000
-JSON_MAX_BYTES = 256 * 1024
-
-QUESTION_TYPES = ("predicate", "choice", "score")
-ROLES = ("user", "developer", "system", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "custom_tool_call", "custom_tool_call_output")
-DETAILS = ("low", "high", "auto", "original")
-STATUSES = ("in_progress", "completed", "incomplete")
-PHASES = ("commentary", "final_answer")
-ROLE_PARTS = {
-    "user": ("input_text", "input_image", "input_json"),
-    "developer": ("input_text",),
-    "system": ("input_text",),
-    "assistant": ("output_text", "refusal"),
-}
-OUTPUT_PARTS = ("input_text", "input_image")
-QUESTION_PARTS = ("input_text", "input_image", "input_json")
 PREFIX = {"system": "System: ", "developer": "Developer: ", "assistant": "Assistant: "}
 
 
@@ -90,19 +93,6 @@ def _get(obj: dict, key: str, path: tuple, types: tuple, *, required: bool = Tru
     return value
 
 
-def _text(
-    obj: dict, key: str, path: tuple, *, required: bool = True, nullable: bool = False, cap: int = MAX_TEXT
-) -> str | None:
-    value = _get(obj, key, path, (str,), required=required, nullable=nullable)
-    if value is not None and len(value) > cap:
-        raise _fail(
-            "string_above_max_length",
-            (*path, key),
-            f"string too long. Expected at most {cap} characters, got {len(value)}.",
-        )
-    return value
-
-
 def _enum(
     obj: dict, key: str, path: tuple, allowed: tuple, *, required: bool = False, nullable: bool = True
 ) -> str | None:
@@ -112,25 +102,67 @@ def _enum(
     return value
 
 
-def _array(obj: dict, key: str, path: tuple, lo: int, hi: int | None = None) -> list:
-    value = _get(obj, key, path, (list,))
-    if len(value) < lo:
+_JSON_TYPES = {"string": str, "boolean": bool, "array": list, "object": dict, "null": type(None)}
+
+
+def _field(obj: dict, schema: dict, key: str, path: tuple, *, max_items: int | None = None) -> Any:
+    """obj[key] checked against the rule the OpenAPI document states for it in `schema` (an object
+    component): presence, type, then maxLength, enum or const, minItems and maxItems (`max_items`
+    may lower the last: a server cap). Absent, or null where the rule allows it, gives None."""
+    _, rules, types, nullable, required = _compiled(schema, key)
+    value = _get(obj, key, path, types, required=required, nullable=nullable)
+    if value is None:
+        return None
+    rule = next(r for r, python_types in rules if isinstance(value, python_types))
+    where, n = (*path, key), len(value) if isinstance(value, (str, list)) else 0
+    allowed = [v for v in rule.get("enum", [rule["const"]] if "const" in rule else []) if v is not None]
+    if allowed and value not in allowed:
+        raise _fail("invalid_value", where, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}.")
+    if n > rule.get("maxLength", n):
         raise _fail(
-            "array_below_min_length", (*path, key), f"array too short. Expected at least {lo} items, got {len(value)}."
+            "string_above_max_length",
+            where,
+            f"string too long. Expected at most {rule['maxLength']} characters, got {n}.",
         )
-    if hi is not None and len(value) > hi:
+    if n < rule.get("minItems", 0):
         raise _fail(
-            "array_above_max_length", (*path, key), f"array too long. Expected at most {hi} items, got {len(value)}."
+            "array_below_min_length", where, f"array too short. Expected at least {rule['minItems']} items, got {n}."
         )
+    hi = min(rule.get("maxItems", n), n if max_items is None else max_items)
+    if isinstance(value, list) and n > hi:
+        raise _fail("array_above_max_length", where, f"array too long. Expected at most {hi} items, got {n}.")
     return value
 
 
-def _text_or_array(obj: dict, key: str, path: tuple) -> str | list:
-    """A field that is a string or a non-empty array (input, content, output, instructions)."""
-    value = _get(obj, key, path, (str, list))
-    if isinstance(value, str):
-        return _text(obj, key, path)
-    return _array(obj, key, path, 1)
+_COMPILED: dict[tuple[int, str], tuple] = {}
+
+
+def _compiled(schema: dict, key: str) -> tuple:
+    """(schema, [(alternative, its Python types)], the non-null types, nullable, required) of a field,
+    worked out once per schema (which the entry keeps alive, so its id stays its own)."""
+    hit = _COMPILED.get((id(schema), key))
+    if hit is None or hit[0] is not schema:
+        rules = [(r, tuple(_JSON_TYPES[t] for t in _types(r))) for r in _alternatives(schema["properties"][key])]
+        types = tuple(dict.fromkeys(t for _, ts in rules for t in ts))
+        present = tuple(t for t in types if t is not type(None))
+        hit = _COMPILED[(id(schema), key)] = (
+            schema,
+            rules,
+            present,
+            len(present) < len(types),
+            key in schema["required"],
+        )
+    return hit
+
+
+def _alternatives(rule: dict) -> list[dict]:
+    return [r for member in rule["anyOf"] for r in _alternatives(member)] if "anyOf" in rule else [rule]
+
+
+def _types(rule: dict) -> list[str]:
+    if "type" in rule:
+        return [rule["type"]] if isinstance(rule["type"], str) else rule["type"]
+    return list(dict.fromkeys("null" if v is None else "string" for v in rule.get("enum", [rule.get("const")])))
 
 
 def _object(value: Any, path: tuple) -> dict:
@@ -150,10 +182,9 @@ class _Parser:
     # -- top level
     def parse(self, body: Any) -> Parsed:
         body = _object(body, ())
-        model = _get(body, "model", (), (str,))
+        model = _field(body, REQUEST, "model", ())
         input_parts = self.input(body)
-        max_questions = min(MAX_QUESTIONS, self.limits.max_questions)
-        raw_questions = _array(body, "questions", (), 1, max_questions)
+        raw_questions = _field(body, REQUEST, "questions", (), max_items=self.limits.max_questions)
         questions = [self.question(q, ("questions", i)) for i, q in enumerate(raw_questions)]
         self.cache_fields(body)
         names = tuple(name for _, name in questions)
@@ -162,16 +193,15 @@ class _Parser:
         return Parsed(request, names, model, params)
 
     def cache_fields(self, body: dict) -> None:
-        _text(body, "prompt_cache_key", (), required=False, nullable=True, cap=MAX_ID_LENGTH)
-        _text(body, "safety_identifier", (), required=False, nullable=True, cap=MAX_ID_LENGTH)
-        options = _get(body, "prompt_cache_options", (), (dict,), required=False, nullable=True)
+        _field(body, REQUEST, "prompt_cache_key", ())
+        _field(body, REQUEST, "safety_identifier", ())
+        options = _field(body, REQUEST, "prompt_cache_options", ())
         if options is not None:
-            path = ("prompt_cache_options",)
-            _enum(options, "mode", path, ("implicit", "explicit"))
-            _enum(options, "ttl", path, ("30m",))
+            _field(options, _CACHE_OPTIONS, "mode", ("prompt_cache_options",))
+            _field(options, _CACHE_OPTIONS, "ttl", ("prompt_cache_options",))
 
     def input(self, body: dict) -> tuple[Part, ...]:
-        items = _text_or_array(body, "input", ())
+        items = _field(body, REQUEST, "input", ())
         if isinstance(items, str):
             return (Text(items),)
         blocks = [self.item(item, ("input", i)) for i, item in enumerate(items)]
@@ -188,15 +218,17 @@ class _Parser:
         return self.call_output(item, path, kind)
 
     def message(self, item: dict, path: tuple) -> list[Part]:
-        role = _enum(item, "role", path, ROLES, required=True, nullable=False)
+        role = _enum(item, "role", path, tuple(MESSAGES), required=True, nullable=False)
         if role == "assistant":
-            _enum(item, "phase", path, PHASES)
-        parts = _text_or_array(item, "content", path)
+            _field(item, COMPONENTS["AssistantMessage"], "phase", path)
+        parts = _field(item, COMPONENTS[MESSAGES[role]], "content", path)
         if isinstance(parts, str):
             return [Text(PREFIX.get(role, "") + parts)]
         if role == "assistant":
             return self.assistant_parts(parts, (*path, "content"))
-        rendered = [self.part(p, (*path, "content", j), ROLE_PARTS[role]) for j, p in enumerate(parts)]
+        rendered = [
+            self.part(p, (*path, "content", j), _part_types(MESSAGES[role], "content")) for j, p in enumerate(parts)
+        ]
         return [Text(PREFIX.get(role, "")), *rendered]
 
     def assistant_parts(self, parts: list, path: tuple) -> list[Part]:
@@ -204,46 +236,49 @@ class _Parser:
         last = None
         for j, p in enumerate(parts):
             p = _object(p, (*path, j))
-            kind = _enum(p, "type", (*path, j), ROLE_PARTS["assistant"], required=True, nullable=False)
+            kind = _enum(
+                p, "type", (*path, j), _part_types("AssistantMessage", "content"), required=True, nullable=False
+            )
             if kind == "output_text":
-                text = _text(p, "text", (*path, j))
+                text = _field(p, COMPONENTS["OutputText"], "text", (*path, j))
                 if last == "output_text":
                     blocks[-1].append(Text(text))
                 else:
                     blocks.append([Text(PREFIX["assistant"] + text)])
             else:
-                blocks.append([Text("Assistant (refusal): " + _text(p, "refusal", (*path, j)))])
+                blocks.append([Text("Assistant (refusal): " + _field(p, COMPONENTS["Refusal"], "refusal", (*path, j)))])
             last = kind
         return list(join_blocks(blocks))
 
     def call(self, item: dict, path: tuple, kind: str) -> list[Part]:
-        call_id = _text(item, "call_id", path)
-        name = _text(item, "name", path)
-        body = _text(item, "arguments" if kind == "function_call" else "input", path)
-        self.optional_ids(item, path, namespace=True)
+        schema = COMPONENTS[ITEMS[kind]]
+        call_id = _field(item, schema, "call_id", path)
+        name = _field(item, schema, "name", path)
+        body = _field(item, schema, "arguments" if kind == "function_call" else "input", path)
+        self.optional_ids(item, schema, path)
         self.calls[kind].add(call_id)
         label = "Tool call" if kind == "function_call" else "Custom tool call"
         return [Text(f"{label} {name} [{call_id}]: {body}")]
 
     def call_output(self, item: dict, path: tuple, kind: str) -> list[Part]:
         call_kind = kind.removesuffix("_output")
-        call_id = _text(item, "call_id", path)
+        schema = COMPONENTS[ITEMS[kind]]
+        call_id = _field(item, schema, "call_id", path)
         if call_id not in self.calls[call_kind]:
             raise _fail("invalid_value", (*path, "call_id"), f"no earlier {call_kind} item has call_id {call_id!r}.")
-        raw = _text_or_array(item, "output", path)
+        raw = _field(item, schema, "output", path)
         if isinstance(raw, str):
             output: list[Part] = [Text(raw)]
         else:
-            output = [self.part(p, (*path, "output", j), OUTPUT_PARTS) for j, p in enumerate(raw)]
-        self.optional_ids(item, path, namespace=False)
+            output = [self.part(p, (*path, "output", j), _part_types(ITEMS[kind], "output")) for j, p in enumerate(raw)]
+        self.optional_ids(item, schema, path)
         label = "Tool result" if kind == "function_call_output" else "Custom tool result"
         return [Text(f"{label} [{call_id}]: "), *output]
 
-    def optional_ids(self, item: dict, path: tuple, *, namespace: bool) -> None:
-        _text(item, "id", path, required=False, nullable=True)
-        if namespace:
-            _text(item, "namespace", path, required=False, nullable=True)
-        _enum(item, "status", path, STATUSES)
+    def optional_ids(self, item: dict, schema: dict, path: tuple) -> None:
+        for key in ("id", "namespace", "status"):
+            if key in schema["properties"]:
+                _field(item, schema, key, path)
 
     # -- content parts
     def part(self, part: Any, path: tuple, allowed: tuple, *, breakpoints: bool = True) -> Part:
@@ -252,19 +287,19 @@ class _Parser:
         if breakpoints and kind in ("input_text", "input_image"):
             self.breakpoint(part, path)
         if kind == "input_text":
-            return Text(_text(part, "text", path))
+            return Text(_field(part, COMPONENTS["InputText"], "text", path))
         if kind == "input_json":
             return Text(json_text(part, path))
         return self.image(part, path)
 
     def breakpoint(self, part: dict, path: tuple) -> None:
-        bp = _get(part, "prompt_cache_breakpoint", path, (dict,), required=False, nullable=True)
+        bp = _field(part, COMPONENTS["InputText"], "prompt_cache_breakpoint", path)
         if bp is not None:
-            _enum(bp, "mode", (*path, "prompt_cache_breakpoint"), ("explicit",), required=True, nullable=False)
+            _field(bp, _BREAKPOINT, "mode", (*path, "prompt_cache_breakpoint"))
 
     def image(self, part: dict, path: tuple) -> Image:
-        url = _get(part, "image_url", path, (str,))
-        _enum(part, "detail", path, DETAILS)
+        url = _field(part, COMPONENTS["InputImage"], "image_url", path)
+        _field(part, COMPONENTS["InputImage"], "detail", path)
         if len(self.image_paths) >= MAX_IMAGES:
             raise _fail("array_above_max_length", path, f"too many images. Expected at most {MAX_IMAGES} per request.")
         try:
@@ -278,63 +313,64 @@ class _Parser:
     # -- questions
     def question(self, raw: Any, path: tuple) -> tuple[Question, str | None]:
         q = _object(raw, path)
-        kind = _enum(q, "type", path, QUESTION_TYPES, required=True, nullable=False)
-        name = _get(q, "name", path, (str,), required=False, nullable=True)
+        known = kinds.on_wire("openai")
+        spec = known[_enum(q, "type", path, tuple(known), required=True, nullable=False)]
+        name = _field(q, _QUESTION, "name", path)
         instructions, attachments = self.instructions(q, path)
-        if kind == "predicate":
-            question = _build(lambda: Question.predicate(instructions, attachments=attachments), path)
-        elif kind == "choice":
-            options = self.choices(q, path)
-            question = _build(lambda: Question("choice", instructions, options, attachments), path)
-        else:
-            options = self.levels(q, path)
-            question = _build(lambda: Question("score", instructions, options, attachments), path)
-        return question, name
+        options = kinds.by_form(FORMS, spec).read(q, path)
+        return _build(lambda: Question(spec.name, instructions, options, attachments), path), name
 
     def instructions(self, q: dict, path: tuple) -> tuple[str, tuple[Part, ...]]:
-        raw = _text_or_array(q, "instructions", path)
+        raw = _field(q, _QUESTION, "instructions", path)
         if isinstance(raw, str):
             return raw, ()
-        parts = [self.part(p, (*path, "instructions", j), QUESTION_PARTS, breakpoints=False) for j, p in enumerate(raw)]
+        allowed = _part_types("Question", "instructions")
+        parts = [self.part(p, (*path, "instructions", j), allowed, breakpoints=False) for j, p in enumerate(raw)]
         text = "".join(p.text for p in parts if isinstance(p, Text))
         pictures = [p for p in parts if isinstance(p, Image)]
         attachments = merge_texts(x for k, img in enumerate(pictures, 1) for x in (Text(f"Image reference: {k}"), img))
         return text, attachments
 
-    def choices(self, q: dict, path: tuple) -> tuple[Option, ...]:
-        raw = _array(q, "choices", path, 2, MAX_CHOICES)
-        seen: set[tuple[type, Any]] = set()
-        options = []
-        for j, c in enumerate(raw):
-            where = (*path, "choices", j)
-            c = _object(c, where)
-            value = _get(c, "value", where, (str, bool))
-            if isinstance(value, str) and len(value) > MAX_TEXT:
-                raise _fail(
-                    "string_above_max_length",
-                    (*where, "value"),
-                    f"string too long. Expected at most {MAX_TEXT} characters.",
-                )
-            if (type(value), value) in seen:
-                raise _fail("invalid_value", (*where, "value"), f"duplicate choice value {value!r}.")
-            seen.add((type(value), value))
-            options.append(Option(value, _text(c, "description", where, required=False, nullable=True)))
-        return tuple(options)
 
-    def levels(self, q: dict, path: tuple) -> tuple[Option, ...]:
-        raw = _array(q, "levels", path, 2, MAX_LEVELS)
-        options = []
-        for j, level in enumerate(raw):
-            where = (*path, "levels", j)
-            level = _object(level, where)
-            label = _text(level, "label", where)
-            options.append(Option(label, _text(level, "description", where, required=False, nullable=True)))
-        return tuple(options)
+def _yes_no(q: dict, path: tuple) -> tuple[Option, ...]:
+    return (Option(False, DEFAULT_FALSE), Option(True, DEFAULT_TRUE))
+
+
+def _choices(q: dict, path: tuple) -> tuple[Option, ...]:
+    raw = _field(q, FORMS[Choice].question, "choices", path)
+    seen: set[tuple[type, Any]] = set()
+    options = []
+    for j, c in enumerate(raw):
+        where = (*path, "choices", j)
+        c = _object(c, where)
+        value = _field(c, _CHOICE, "value", where)
+        if isinstance(value, str) and len(value) > MAX_TEXT:
+            raise _fail(
+                "string_above_max_length",
+                (*where, "value"),
+                f"string too long. Expected at most {MAX_TEXT} characters.",
+            )
+        if (type(value), value) in seen:
+            raise _fail("invalid_value", (*where, "value"), f"duplicate choice value {value!r}.")
+        seen.add((type(value), value))
+        options.append(Option(value, _field(c, _CHOICE, "description", where)))
+    return tuple(options)
+
+
+def _levels(q: dict, path: tuple) -> tuple[Option, ...]:
+    raw = _field(q, FORMS[Score].question, "levels", path)
+    options = []
+    for j, level in enumerate(raw):
+        where = (*path, "levels", j)
+        level = _object(level, where)
+        label = _field(level, _LEVEL, "label", where)
+        options.append(Option(label, _field(level, _LEVEL, "description", where)))
+    return tuple(options)
 
 
 def json_text(part: dict, path: tuple) -> str:
-    """An input_json part's data as compact JSON text, within the contract's limits."""
-    data = _get(part, "data", path, (dict, list))
+    """An input_json part's data as compact JSON text, within the JSON_MAX_* limits."""
+    data = _field(part, COMPONENTS["InputJson"], "data", path)
     where = (*path, "data")
     if isinstance(data, list):
         for k, item in enumerate(data):
@@ -367,37 +403,95 @@ def parse(body: Any, *, limits: Limits | None = None) -> Parsed:
 
 
 def render(decision: Decision, parsed: Parsed) -> dict:
-    """The 200 body (contract §1.7): answers in question order, usage as integers."""
+    """The 200 body: answers in question order, usage as integers."""
     answers = [_answer(a, name, i) for i, (a, name) in enumerate(zip(decision.answers, parsed.names, strict=True))]
     return {"model": decision.model, "answers": answers, "usage": _usage(decision)}
 
 
-def _answer(answer, name: str | None, index: int) -> dict:
+def _answer(answer: Answer, name: str | None, index: int) -> dict:
     p = [float(x) for x in answer.probabilities]
     check_distribution(p, f"questions[{index}]")
-    kind = answer.kind
-    if kind == "predicate":
-        return {"type": "predicate", "name": name, "probability": p[1]}
+    spec = answer.question.spec
+    return {"type": spec.wire["openai"], "name": name, **kinds.by_form(FORMS, spec).render(answer, p)}
+
+
+def _predicate_answer(answer: Answer, p: list[float]) -> dict:
+    return {"probability": answer.question.spec.probability(p)}
+
+
+def _choice_answer(answer: Answer, p: list[float]) -> dict:
     options = answer.question.options
-    if kind == "choice":
-        probabilities = [{"value": o.value, "probability": pi} for o, pi in zip(options, p, strict=True)]
-        return {
-            "type": "choice",
-            "name": name,
-            "choice": answer.best.value,
-            "confidence": answer.confidence,
-            "probabilities": probabilities,
-        }
-    probabilities = [
-        {"value": i, "label": o.value, "probability": pi} for i, (o, pi) in enumerate(zip(options, p, strict=True))
-    ]
     return {
-        "type": "score",
-        "name": name,
+        "choice": answer.best.value,
+        "confidence": answer.confidence,
+        "probabilities": [{"value": o.value, "probability": pi} for o, pi in zip(options, p, strict=True)],
+    }
+
+
+def _score_answer(answer: Answer, p: list[float]) -> dict:
+    options = answer.question.options
+    return {
         "score": answer.score,
         "confidence": answer.confidence,
-        "probabilities": probabilities,
+        "probabilities": [
+            {"value": i, "label": o.value, "probability": pi} for i, (o, pi) in enumerate(zip(options, p, strict=True))
+        ],
     }
+
+
+@dataclass(frozen=True)
+class Form:
+    """How a kind's options and answer look on this protocol; a kind uses its nearest base's.
+    `options` and `answer` are the JSON Schemas of the question's and the answer's own members."""
+
+    field: str  # the array of a question that holds its options (what a server cap names)
+    read: Callable[[dict, tuple], tuple[Option, ...]]
+    render: Callable[[Answer, list[float]], dict]
+    options: dict
+    answer: dict
+
+    @cached_property
+    def question(self) -> dict:
+        """The options' members as an object schema (what `_field` reads)."""
+        return obj(list(self.options), **self.options)
+
+
+def _options(field: str, item: dict) -> dict:
+    return {field: {"type": "array", "minItems": OPENAI_MIN_OPTIONS, "maxItems": MAX_OPTIONS, "items": item}}
+
+
+_VALUE = {"type": ["string", "boolean"]}
+_CHOICE = obj(["value"], value=_VALUE, description=nullable(text()))
+_LEVEL = obj(["label"], label=text(), description=nullable(text()))
+_SCORE_ROW = obj(["value", "label", "probability"], value=COUNT, label={"type": "string"}, probability=PROBABILITY)
+FORMS: dict[type[QuestionKind], Form] = {
+    Predicate: Form("choices", _yes_no, _predicate_answer, {}, {"probability": PROBABILITY}),
+    Choice: Form(
+        "choices",
+        _choices,
+        _choice_answer,
+        _options("choices", _CHOICE),
+        {
+            "choice": _VALUE,
+            "confidence": PROBABILITY,
+            "probabilities": {
+                "type": "array",
+                "items": obj(["value", "probability"], value=_VALUE, probability=PROBABILITY),
+            },
+        },
+    ),
+    Score: Form(
+        "levels",
+        _levels,
+        _score_answer,
+        _options("levels", _LEVEL),
+        {
+            "score": {"type": "number", "minimum": 0},
+            "confidence": PROBABILITY,
+            "probabilities": {"type": "array", "items": _SCORE_ROW},
+        },
+    ),
+}
 
 
 def _usage(decision: Decision) -> dict:
@@ -415,7 +509,203 @@ def _usage(decision: Decision) -> dict:
     }
 
 
-def error_body(
-    message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
-) -> dict:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+def check_caps(parsed: Parsed, max_options: int, max_images: int) -> None:
+    """The server's own caps (lower than the protocol's): 400 `array_above_max_length` at the field."""
+    request = parsed.request
+    for i, q in enumerate(request.questions):
+        if (n := len(q.options)) > max_options:
+            field = kinds.by_form(FORMS, q.spec).field
+            raise InvalidRequest(
+                f"array too long. This server takes at most {max_options} {field}, got {n}.",
+                ("questions", i, field),
+                "array_above_max_length",
+            )
+    if (n := len(request.images)) > max_images:
+        raise InvalidRequest(
+            f"too many images. This server takes at most {max_images} per request, got {n}.",
+            ("input",),
+            "array_above_max_length",
+        )
+
+
+_ERROR_TYPES = {"rate_limit": "rate_limit_error", "unavailable": "server_error", "internal": "server_error"}
+
+
+def error_body(problem: Problem) -> dict:
+    kind = _ERROR_TYPES.get(problem.category, "invalid_request_error")
+    return {"error": {"message": problem.message, "type": kind, "param": problem.param, "code": problem.code}}
+
+
+def _problem(exc: BaseException) -> Problem | None:
+    if isinstance(exc, UnknownModel):
+        return Problem(404, str(exc), "model_not_found", "model")
+    return None
+
+
+# ---------------------------------------------------------------- the schema the parser reads
+# Each object's fields are read through `_field` against these components, which are also what
+# GET /openapi.json shows: the parser and the document cannot disagree on a field's rule.
+
+
+def _content(*parts: str) -> dict:
+    return {"anyOf": [text(), {"type": "array", "minItems": 1, "items": {"anyOf": [ref(p) for p in parts]}}]}
+
+
+def _call(kind: str, body: str) -> dict:
+    fields = {"call_id": text(), "name": text(), body: text()}
+    return obj(["type", *fields], type=const(kind), **fields, **_IDS, namespace=nullable(text()))
+
+
+def _call_output(kind: str) -> dict:
+    call_id = {**text(), "description": f"a {kind.removesuffix('_output')} earlier in input"}
+    output = _content("InputText", "InputImage")
+    return obj(["type", "call_id", "output"], type=const(kind), call_id=call_id, output=output, **_IDS)
+
+
+_BREAKPOINT = obj(["mode"], mode=const("explicit"))
+_DETAIL = {"enum": ["low", "high", "auto", "original", None]}
+_IDS = {"id": nullable(text()), "status": {"enum": ["in_progress", "completed", "incomplete", None]}}
+_JSON_DATA = {
+    "description": f"≤ {JSON_MAX_DEPTH} levels, ≤ {JSON_MAX_VALUES:,} values, ≤ {JSON_MAX_BYTES // 1024} KiB as compact JSON",
+    "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
+}
+_IMAGE_URL = {"type": "string", "description": "a base64 data: URL (http(s) only when fetching is on)"}
+MESSAGES = {
+    "user": "UserMessage",
+    "developer": "SystemMessage",
+    "system": "SystemMessage",
+    "assistant": "AssistantMessage",
+}
+ITEMS = {kind: "".join(w.title() for w in kind.split("_")) for kind in ITEM_TYPES[1:]}
+COMPONENTS: dict[str, dict] = {
+    "InputText": obj(
+        ["type", "text"], type=const("input_text"), text=text(), prompt_cache_breakpoint=nullable(_BREAKPOINT)
+    ),
+    "InputImage": obj(
+        ["type", "image_url"],
+        type=const("input_image"),
+        image_url=_IMAGE_URL,
+        detail=_DETAIL,
+        prompt_cache_breakpoint=nullable(_BREAKPOINT),
+    ),
+    "InputJson": obj(["type", "data"], type=const("input_json"), data=_JSON_DATA),
+    # Question instructions take no cache breakpoints.
+    "QuestionText": obj(["type", "text"], type=const("input_text"), text=text()),
+    "QuestionImage": obj(
+        ["type", "image_url"], type=const("input_image"), image_url={"type": "string"}, detail=_DETAIL
+    ),
+    "OutputText": obj(["type", "text"], type=const("output_text"), text=text()),
+    "Refusal": obj(["type", "refusal"], type=const("refusal"), refusal=text()),
+    "UserMessage": obj(
+        ["role", "content"],
+        type=const("message"),
+        role=const("user"),
+        content=_content("InputText", "InputImage", "InputJson"),
+    ),
+    "SystemMessage": obj(
+        ["role", "content"],
+        type=const("message"),
+        role={"enum": ["system", "developer"]},
+        content=_content("InputText"),
+    ),
+    "AssistantMessage": obj(
+        ["role", "content"],
+        type=const("message"),
+        role=const("assistant"),
+        content=_content("OutputText", "Refusal"),
+        phase={"enum": ["commentary", "final_answer", None]},
+    ),
+    "FunctionCall": _call("function_call", "arguments"),
+    "FunctionCallOutput": _call_output("function_call_output"),
+    "CustomToolCall": _call("custom_tool_call", "input"),
+    "CustomToolCallOutput": _call_output("custom_tool_call_output"),
+}
+_CACHE_OPTIONS = obj([], mode={"enum": ["implicit", "explicit", None]}, ttl={"enum": ["30m", None]})
+_QUESTION = obj(
+    ["type", "instructions"],
+    instructions=_content("QuestionText", "QuestionImage", "InputJson"),
+    name={"type": ["string", "null"]},
+)
+REQUEST = obj(
+    ["model", "input", "questions"],
+    model={"type": "string"},
+    input=_content(*dict.fromkeys([*MESSAGES.values(), *ITEMS.values()])),
+    questions={"type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS, "items": ref("Question")},
+    prompt_cache_key=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
+    prompt_cache_options=nullable(_CACHE_OPTIONS),
+    safety_identifier=nullable({"type": "string", "maxLength": MAX_ID_LENGTH}),
+)
+
+
+@cache
+def _part_types(component: str, key: str) -> tuple[str, ...]:
+    """The part types an array member of a component admits: the `type` consts of its items."""
+    schema = _QUESTION if component == "Question" else COMPONENTS[component]
+    array = next(r for r in _alternatives(schema["properties"][key]) if r.get("type") == "array")
+    names = [r["$ref"].rsplit("/", 1)[1] for r in array["items"]["anyOf"]]
+    return tuple(COMPONENTS[n]["properties"]["type"]["const"] for n in names)
+
+
+def schemas() -> dict[str, dict]:
+    """The OpenAPI components: the parser's, plus the question, answer and error shapes (per kind form)."""
+    forms = {wire: kinds.by_form(FORMS, spec) for wire, spec in kinds.on_wire("openai").items()}
+    name = _QUESTION["properties"]["name"]
+    questions = [
+        obj([*_QUESTION["required"], *f.options], type=const(w), **_QUESTION["properties"], **f.options)
+        for w, f in forms.items()
+    ]
+    answers = [obj(["type", "name", *f.answer], type=const(w), name=name, **f.answer) for w, f in forms.items()]
+    answers.append(obj(["type", "name"], type=const("refusal"), name=name))
+    usage = obj(
+        ["input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details", "total_tokens"],
+        input_tokens=COUNT,
+        input_tokens_details=obj(
+            ["cached_tokens", "cache_write_tokens"], cached_tokens=COUNT, cache_write_tokens=COUNT
+        ),
+        output_tokens=COUNT,
+        output_tokens_details=obj(["reasoning_tokens"], reasoning_tokens=COUNT),
+        total_tokens=COUNT,
+    )
+    listed = {"type": "array", "items": {"anyOf": answers}}
+    response = obj(["model", "answers", "usage"], model={"type": "string"}, answers=listed, usage=usage)
+    response["additionalProperties"] = False
+    error = obj(
+        ["message", "type", "param", "code"],
+        message={"type": "string"},
+        type={"type": "string"},
+        param={"type": ["string", "null"]},
+        code={"type": ["string", "null"]},
+    )
+    return {
+        **COMPONENTS,
+        "Question": {"anyOf": questions},
+        "DecisionsRequest": REQUEST,
+        "DecisionsResponse": response,
+        "OpenAIError": obj(["error"], error=error),
+    }
+
+
+PROTOCOL = Protocol(
+    title="OpenAI Decisions",
+    path="/v1/decisions",
+    operation_id="createDecision",
+    summary="OpenAI Decisions: probabilities for typed questions about an input",
+    read=lambda raw, content_type: (loads_object(raw), None),
+    parse=lambda body, parts, limits: parse(body, limits=limits),
+    check_caps=check_caps,
+    render=render,
+    problem=_problem,
+    error_body=error_body,
+    schemas=schemas,
+    request_content=lambda: json_content("DecisionsRequest"),
+    response="DecisionsResponse",
+    error="OpenAIError",
+    errors={
+        "400": "invalid request (code and param say where), context length exceeded, token budget exceeded",
+        "401": "missing or wrong API key (auth on)",
+        "403": "Host or Origin not allowed",
+        "404": "unknown model (strict mode)",
+        "415": "unsupported Content-Encoding",
+    },
+)
+decide = PROTOCOL.decide

@@ -1,7 +1,7 @@
-"""TypeSafe System One (`POST /v1/systemone`, contract §2): body dict ⇄ DecisionRequest / Decision.
+"""TypeSafe System One (`POST /v1/systemone`): body dict ⇄ DecisionRequest / Decision.
 
 `parse` reports every validation problem at once (ValidationFailed → 422 `detail[]`, locations
-as in §2.7: the question id is one element, then the question type); a valid request the
+as pydantic writes them: the question id is one element, then the question type); a valid request the
 server will not serve (a box question) raises UsageError (400 `api_usage_error`).
 Question ids and choice names are keys: they are never scanned for assets nor rendered.
 """
@@ -9,33 +9,36 @@ Question ids and choice names are keys: they are never scanned for assets nor re
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import Decision
+from .. import kinds
+from ..answers import Answer, Decision
 from ..errors import InvalidRequest
+from ..kinds import Choice, Predicate, QuestionKind, Score
+from ..limits import MAX_OPTIONS, MAX_PLACEHOLDER_BYTES, MAX_QUESTIONS, SYSTEMONE_MAX_DEPTH, SYSTEMONE_MAX_LEVELS
 from ..request import DEFAULT_FALSE, DEFAULT_TRUE, DecisionRequest, Image, Option, Part, Question, Text
 from . import images
 from .common import (
     FormPart,
     JSONShapeError,
     Limits,
+    MalformedBody,
+    UnsupportedMediaType,
     check_distribution,
     check_json_value,
     compact_json,
+    is_multipart,
     loads_strict,
     merge_texts,
+    parse_multipart,
 )
+from .protocol import Problem, Protocol, Unauthorized
+from .schema import COUNT, PROBABILITY, const, json_content, obj, ref
 
-MAX_CHOICES = 255
-MAX_LEVELS = 10
-MAX_DEPTH = 64
-MAX_PLACEHOLDER_BYTES = 1024
-QUESTION_TYPES = ("noul", "choice", "score", "box")
+UNSERVED_TYPES = ("box",)  # valid System One question types this text-scoring server refuses (400)
 ASSET_FORMATS = ("png", "jpg", "jpeg")
-KIND = {"noul": "predicate", "choice": "choice", "score": "score"}
-WIRE_TYPE = {"predicate": "noul", "choice": "choice", "score": "score"}
 
 MESSAGES = {
     "missing": "Field required",
@@ -120,7 +123,7 @@ class _Validator:
             return True
         if isinstance(value, (dict, list)):
             try:
-                check_json_value(value, MAX_DEPTH)
+                check_json_value(value, SYSTEMONE_MAX_DEPTH)
                 return True
             except JSONShapeError as e:
                 self.error([*loc, *e.path], "value_error", f"Value error, {e.message}")
@@ -173,8 +176,9 @@ class _Validator:
         kind = q.get("type")
         if kind is None:
             return self.error(at, "union_tag_not_found")
-        if kind not in QUESTION_TYPES:
-            tags = ", ".join(f"'{t}'" for t in QUESTION_TYPES)
+        known = kinds.on_wire("systemone")
+        if kind not in (*known, *UNSERVED_TYPES):
+            tags = ", ".join(f"'{t}'" for t in (*known, *UNSERVED_TYPES))
             return self.error(
                 at,
                 "union_tag_invalid",
@@ -183,14 +187,11 @@ class _Validator:
         at = [*at, kind]
         if "instructions" in q:
             self.text(q["instructions"], [*at, "instructions"])
-        if kind == "noul":
-            self.noul_criteria(q.get("criteria"), [*at, "criteria"])
-        elif kind == "choice":
-            self.choice_criteria(q, [*at, "criteria"])
-        elif kind == "score":
-            self.score_criteria(q, [*at, "criteria"])
+        if kind in known:
+            kinds.by_form(FORMS, known[kind]).validate(self, q, [*at, "criteria"])
 
-    def noul_criteria(self, criteria: Any, loc: list) -> None:
+    def noul_criteria(self, q: dict, loc: list) -> None:
+        criteria = q.get("criteria")
         if criteria is None:
             return
         if not isinstance(criteria, dict):
@@ -199,25 +200,22 @@ class _Validator:
             if side in criteria:
                 self.text(criteria[side], [*loc, side])
 
-    def choice_criteria(self, q: dict, loc: list) -> None:
+    def criteria(self, q: dict, loc: list) -> None:
+        """Criteria as the kind form's schema states them: an object of named texts or a list of texts."""
+        schema = kinds.by_form(FORMS, kinds.on_wire("systemone")[q["type"]]).criteria
         if "criteria" not in q:
             return self.error(loc, "missing")
         criteria = q["criteria"]
-        if not isinstance(criteria, dict):
-            return self.error(loc, "dict_type")
-        if self.count(len(criteria), 1, MAX_CHOICES, loc, "Dictionary"):
-            for name, description in criteria.items():
-                self.text(description, [*loc, name])
-
-    def score_criteria(self, q: dict, loc: list) -> None:
-        if "criteria" not in q:
-            return self.error(loc, "missing")
-        criteria = q["criteria"]
-        if not isinstance(criteria, list):
-            return self.error(loc, "list_type")
-        if self.count(len(criteria), 1, MAX_LEVELS, loc, "List"):
-            for i, level in enumerate(criteria):
-                self.text(level, [*loc, i], nullable=False)
+        if schema["type"] == "object":
+            kind, what, lo, hi, item = dict, "Dictionary", "minProperties", "maxProperties", "additionalProperties"
+        else:
+            kind, what, lo, hi, item = list, "List", "minItems", "maxItems", "items"
+        if not isinstance(criteria, kind):
+            return self.error(loc, "dict_type" if kind is dict else "list_type")
+        if self.count(len(criteria), schema[lo], schema[hi], loc, what):
+            nullable = "null" in schema[item]["type"]
+            for key, value in criteria.items() if kind is dict else enumerate(criteria):
+                self.text(value, [*loc, key], nullable=nullable)
 
     def count(self, n: int, lo: int, hi: int, loc: list, what: str) -> bool:
         if n < lo:
@@ -343,7 +341,8 @@ def _question_values(q: Any) -> list:
     if not isinstance(q, dict):
         return []
     criteria = q.get("criteria")
-    if isinstance(criteria, dict) and q.get("type") == "noul":
+    spec = kinds.on_wire("systemone").get(q.get("type"))
+    if isinstance(criteria, dict) and isinstance(spec, Predicate):
         values = [criteria[side] for side in ("true", "false") if side in criteria]
     elif isinstance(criteria, dict):
         values = list(criteria.values())
@@ -387,19 +386,27 @@ def _side(criteria: dict, side: str, default: str) -> str | None:
 
 
 def _question(q: dict, assets: Mapping[str, Image], scanner: _Placeholders) -> tuple[Question, tuple | None]:
-    kind = q["type"]
+    spec = kinds.on_wire("systemone")[q["type"]]
     instructions = "" if q.get("instructions") is None else as_text(q["instructions"])
-    attachments = _attachments(scanner.find(_question_values(q), []), assets)
-    if kind == "noul":
-        criteria = q.get("criteria") or {}
-        true, false = _side(criteria, "true", DEFAULT_TRUE), _side(criteria, "false", DEFAULT_FALSE)
-        return Question.predicate(instructions, true=true, false=false, attachments=attachments), None
-    if kind == "choice":
-        options = [Option(name, None if d is None else as_text(d)) for name, d in q["criteria"].items()]
-        return Question("choice", instructions, tuple(options), tuple(attachments)), None
+    attachments = tuple(_attachments(scanner.find(_question_values(q), []), assets))
+    options, legend = kinds.by_form(FORMS, spec).build(q)
+    return Question(spec.name, instructions, options, attachments), legend
+
+
+def _sides(q: dict) -> tuple[tuple[Option, ...], None]:
+    criteria = q.get("criteria") or {}
+    true, false = _side(criteria, "true", DEFAULT_TRUE), _side(criteria, "false", DEFAULT_FALSE)
+    return (Option(False, false), Option(True, true)), None
+
+
+def _named(q: dict) -> tuple[tuple[Option, ...], None]:
+    return tuple(Option(name, None if d is None else as_text(d)) for name, d in q["criteria"].items()), None
+
+
+def _levels(q: dict) -> tuple[tuple[Option, ...], tuple]:
+    """Levels as labels (an empty one is named by its index); the levels as sent are the legend."""
     levels = q["criteria"]
-    options = [Option(as_text(level) if level != "" else str(i)) for i, level in enumerate(levels)]
-    return Question("score", instructions, tuple(options), tuple(attachments)), tuple(levels)
+    return tuple(Option(as_text(level) if level != "" else str(i)) for i, level in enumerate(levels)), tuple(levels)
 
 
 def _input(state: Any, assets: Mapping[str, Image], scanner: _Placeholders) -> tuple[Part, ...]:
@@ -418,9 +425,10 @@ def parse(body: Any, *, parts: Mapping[str, bytes] | None = None, limits: Limits
         v.errors += _check_references(body, v.assets, _Placeholders(v.assets))
     if v.errors:
         raise ValidationFailed(v.errors)
-    boxes = [qid for qid, q in body["questions"].items() if q["type"] == "box"]
-    if boxes:
-        raise UsageError(f"box questions are not supported by this text-scoring server (question {boxes[0]!r})")
+    unserved = [(qid, q["type"]) for qid, q in body["questions"].items() if q["type"] in UNSERVED_TYPES]
+    if unserved:
+        qid, kind = unserved[0]
+        raise UsageError(f"{kind} questions are not supported by this text-scoring server (question {qid!r})")
     scanner = _Placeholders(v.assets)
     built = [_question(q, v.assets, scanner) for q in body["questions"].values()]
     try:
@@ -434,7 +442,7 @@ def parse(body: Any, *, parts: Mapping[str, bytes] | None = None, limits: Limits
 
 
 def render(decision: Decision, parsed: Parsed) -> dict:
-    """The 200 body (contract §2.6): answers keyed by id in request order."""
+    """The 200 body: answers keyed by question id in request order, score levels echoed as the legend."""
     answers = {}
     for qid, answer, legend in zip(parsed.ids, decision.answers, parsed.legends, strict=True):
         answers[qid] = _answer(answer, legend, qid)
@@ -442,31 +450,242 @@ def render(decision: Decision, parsed: Parsed) -> dict:
     return {"model": decision.model, "answers": answers, "usage": usage}
 
 
-def _answer(answer, legend: tuple | None, qid: str) -> dict:
+def _answer(answer: Answer, legend: tuple | None, qid: str) -> dict:
     p = [float(x) for x in answer.probabilities]
     check_distribution(p, f"question {qid!r}")
-    if answer.kind == "predicate":
-        return {"type": "noul", "noul": p[1]}
-    if answer.kind == "choice":
-        probabilities = {o.value: pi for o, pi in zip(answer.question.options, p, strict=True)}
-        return {
-            "type": "choice",
-            "choice": answer.best.value,
-            "confidence": answer.confidence,
-            "probabilities": probabilities,
-        }
+    spec = answer.question.spec
+    return {"type": spec.wire["systemone"], **kinds.by_form(FORMS, spec).render(answer, p, legend)}
+
+
+def _noul_answer(answer: Answer, p: list[float], legend: tuple | None) -> dict:
+    return {"noul": answer.question.spec.probability(p)}
+
+
+def _choice_answer(answer: Answer, p: list[float], legend: tuple | None) -> dict:
     return {
-        "type": "score",
+        "choice": answer.best.value,
+        "confidence": answer.confidence,
+        "probabilities": {o.value: pi for o, pi in zip(answer.question.options, p, strict=True)},
+    }
+
+
+def _score_answer(answer: Answer, p: list[float], legend: tuple | None) -> dict:
+    return {
         "score": answer.score,
         "confidence": answer.confidence,
-        "legend": {str(i): level for i, level in enumerate(legend)},
+        "legend": {str(i): level for i, level in enumerate(legend or ())},
         "probabilities": {str(i): pi for i, pi in enumerate(p)},
     }
 
 
-def error_body(error_type: str, message: str) -> dict:
-    return {"detail": {"error_type": error_type, "message": message}}
+@dataclass(frozen=True)
+class Form:
+    """How a kind's criteria and answer look on this protocol; a kind uses its nearest base's.
+    `criteria` and `answer` are JSON Schemas: of the criteria, and of the answer's own members."""
+
+    validate: Callable[[_Validator, dict, list], None]  # records the criteria's problems at loc
+    build: Callable[[dict], tuple[tuple[Option, ...], tuple | None]]  # valid criteria → options, legend
+    render: Callable[[Answer, list[float], tuple | None], dict]
+    criteria: dict
+    answer: dict
+    criteria_required: bool = True
 
 
-def validation_body(entries: list[dict]) -> dict:
-    return {"detail": entries}
+_TEXT = {"type": ["string", "object", "array"], "description": "text; objects and arrays are shown as compact JSON"}
+_OPTIONAL_TEXT = {"type": ["string", "object", "array", "null"]}
+_DISTRIBUTION = {"type": "object", "additionalProperties": PROBABILITY}
+_SIDES = {"type": ["object", "null"], "properties": {"true": _OPTIONAL_TEXT, "false": _OPTIONAL_TEXT}}
+_NAMED = {"type": "object", "minProperties": 1, "maxProperties": MAX_OPTIONS, "additionalProperties": _OPTIONAL_TEXT}
+_LEVELS = {"type": "array", "minItems": 1, "maxItems": SYSTEMONE_MAX_LEVELS, "items": _TEXT}
+FORMS: dict[type[QuestionKind], Form] = {
+    Predicate: Form(_Validator.noul_criteria, _sides, _noul_answer, _SIDES, {"noul": PROBABILITY}, False),
+    Choice: Form(
+        _Validator.criteria,
+        _named,
+        _choice_answer,
+        _NAMED,
+        {"choice": {"type": "string"}, "confidence": PROBABILITY, "probabilities": _DISTRIBUTION},
+    ),
+    Score: Form(
+        _Validator.criteria,
+        _levels,
+        _score_answer,
+        _LEVELS,
+        {
+            "score": {"type": "number", "minimum": 0},
+            "confidence": PROBABILITY,
+            "legend": {"type": "object", "additionalProperties": _TEXT},
+            "probabilities": _DISTRIBUTION,
+        },
+    ),
+}
+
+
+def read(raw: bytes, content_type: str) -> tuple[Any, dict[str, bytes] | None]:
+    """A JSON body, or a multipart one: its `request` part's JSON and its image parts."""
+    if is_multipart(content_type):
+        return split_form(parse_multipart(raw, content_type))
+    if content_type.strip().lower().startswith("multipart/"):
+        raise UnsupportedMediaType(
+            f"unsupported Content-Type {content_type!r}; send application/json or multipart/form-data"
+        )
+    return loads_strict(raw), None
+
+
+def check_caps(parsed: Parsed, max_options: int, max_images: int) -> None:
+    """The server's own caps (lower than the protocol's): 422 `too_long` at the criteria or the assets."""
+    request = parsed.request
+    for qid, q in zip(parsed.ids, request.questions, strict=True):
+        if (n := len(q.options)) > max_options:
+            loc = ["questions", qid, q.spec.wire["systemone"], "criteria"]
+            msg = f"this server takes at most {max_options} options per question, not {n}"
+            raise ValidationFailed([entry(loc, "too_long", msg, {"max_length": max_options})])
+    if (n := len(request.images)) > max_images:
+        msg = f"this server takes at most {max_images} images per request, not {n}"
+        raise ValidationFailed([entry(["assets"], "too_long", msg, {"max_length": max_images})])
+
+
+_ERROR_TYPES = {
+    "auth": "authentication_error",
+    "forbidden": "permission_denied",
+    "rate_limit": "rate_limit_error",
+    "unavailable": "overloaded_error",
+    "internal": "internal_error",
+    "too_large": "request_too_large",
+    "media_type": "unsupported_media_type",
+    "headers": "request_header_fields_too_large",
+    "not_found": "not_found",
+    "method": "method_not_allowed",
+}
+
+
+def error_body(problem: Problem) -> dict:
+    if isinstance(problem.cause, ValidationFailed):
+        return {"detail": problem.cause.entries}
+    return {"detail": {"error_type": _ERROR_TYPES.get(problem.category, "api_usage_error"), "message": problem.message}}
+
+
+def _problem(exc: BaseException) -> Problem | None:
+    """System One's own statuses: validation is a 422 with every entry, a missing key a 403."""
+    if isinstance(exc, MalformedBody):
+        exc = ValidationFailed([_malformed_entry(exc)])
+        return Problem(422, str(exc), cause=exc)
+    if isinstance(exc, ValidationFailed):
+        return Problem(422, str(exc), "invalid_value", cause=exc)
+    if isinstance(exc, UsageError):
+        return Problem(400, exc.message)
+    if isinstance(exc, Unauthorized) and exc.missing:
+        return Problem(403, "send the API key as 'Authorization: Bearer <key>'", category="auth")
+    return None
+
+
+def _malformed_entry(exc: MalformedBody) -> dict:
+    if exc.not_object:
+        return entry([], "dict_type")
+    if exc.loc:
+        return entry(list(exc.loc[1:]), "value_error", f"Value error, {exc.message}")
+    return entry([exc.offset or 0], "json_invalid", f"JSON decode error: {exc.message}")
+
+
+# ---------------------------------------------------------------- OpenAPI
+
+
+def schemas() -> dict[str, dict]:
+    """The OpenAPI components of this protocol, from the limits and kind forms the validator uses."""
+    forms = {wire: kinds.by_form(FORMS, spec) for wire, spec in kinds.on_wire("systemone").items()}
+    questions = [
+        obj(
+            ["type", "criteria"] if f.criteria_required else ["type"],
+            type=const(w),
+            instructions=_OPTIONAL_TEXT,
+            criteria=f.criteria,
+        )
+        for w, f in forms.items()
+    ]
+    answers = [obj(["type", *f.answer], type=const(w), **f.answer) for w, f in forms.items()]
+    asset = obj(
+        [],
+        type=const("image"),
+        format={"enum": list(ASSET_FORMATS)},
+        data_base64={"type": "string"},
+        part={"type": "string", "description": "a multipart part's name"},
+    )
+    request = obj(
+        ["model", "state", "questions"],
+        model={"type": "string", "examples": ["jev-latest"]},
+        state=_TEXT,
+        questions={
+            "type": "object",
+            "minProperties": 1,
+            "maxProperties": MAX_QUESTIONS,
+            "additionalProperties": {"anyOf": questions},
+        },
+        assets={
+            "type": ["object", "null"],
+            "minProperties": 1,
+            "description": "placeholder → image; every asset must be referenced in the state or a question",
+            "additionalProperties": asset,
+        },
+    )
+    response = obj(
+        ["model", "answers", "usage"],
+        model={"type": "string"},
+        answers={"type": "object", "additionalProperties": {"anyOf": answers}},
+        usage=obj(["input_tokens", "output_tokens"], input_tokens=COUNT, output_tokens=COUNT),
+    )
+    response["patternProperties"] = {"^x_": {}}
+    response["additionalProperties"] = False
+    detail = obj(["error_type", "message"], error_type={"type": "string"}, message={"type": "string"})
+    entry = obj(
+        ["loc", "msg", "type"],
+        loc={"type": "array", "minItems": 1, "items": {"type": ["string", "integer"]}},
+        msg={"type": "string"},
+        type={"type": "string"},
+    )
+    return {
+        "SystemOneRequest": request,
+        "SystemOneResponse": response,
+        "SystemOneError": obj(["detail"], detail=detail),
+        "SystemOneValidationError": obj(["detail"], detail={"type": "array", "minItems": 1, "items": entry}),
+    }
+
+
+def request_content() -> dict:
+    """A JSON body, or multipart: the body as the `request` part, images as other parts."""
+    multipart = {
+        "type": "object",
+        "required": ["request"],
+        "properties": {"request": ref("SystemOneRequest")},
+        "additionalProperties": {"type": "string", "format": "binary"},
+    }
+    return {
+        **json_content("SystemOneRequest"),
+        "multipart/form-data": {"schema": multipart, "encoding": {"request": {"contentType": "application/json"}}},
+    }
+
+
+PROTOCOL = Protocol(
+    title="TypeSafe System One",
+    path="/v1/systemone",
+    operation_id="systemOne",
+    summary="TypeSafe System One: noul, choice and score questions about a state",
+    read=read,
+    parse=lambda body, parts, limits: parse(body, parts=parts, limits=limits),
+    check_caps=check_caps,
+    render=render,
+    problem=_problem,
+    error_body=error_body,
+    schemas=schemas,
+    request_content=request_content,
+    response="SystemOneResponse",
+    error="SystemOneError",
+    validation_error="SystemOneValidationError",
+    errors={
+        "400": "unsupported question (box), images on a text-only model, context length or token budget exceeded",
+        "401": "wrong API key (auth on)",
+        "403": "missing API key (auth on); Host or Origin not allowed",
+        "415": "unsupported Content-Encoding or Content-Type",
+        "422": "validation failed (every error found, with its location)",
+    },
+)
+decide = PROTOCOL.decide

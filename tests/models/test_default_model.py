@@ -10,6 +10,7 @@ import pytest
 
 from decide.core import Decider
 from decide.request import Option, Question
+from decide.wire import systemone
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +82,7 @@ def test_a_furious_message_scores_high_end_to_end(decider):
                 }
             },
         }
-        return decider.decide_systemone(body)["answers"]["anger"]
+        return systemone.decide(decider, body)["answers"]["anger"]
 
     furious, calm = anger(FURIOUS), anger(CALM)
     assert furious["score"] > 2, furious  # on 0 (calm) .. 3 (furious)

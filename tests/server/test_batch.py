@@ -23,6 +23,7 @@ from decide.batch.output import Journal
 from decide.batch.table import select
 from decide.core import Decider
 from decide.models import load_model
+from decide.wire import openai, systemone
 
 SCRIPT = Path(sys.executable).with_name("decide")
 SYSTEMONE = {
@@ -115,7 +116,7 @@ def test_rows_are_answered_as_the_library_answers_each_alone(env, model, decider
     assert [r["row"] for r in records] == list(range(6))
     assert [r["id"] for r in records] == [r["id"] for r in rows] and all("text" not in r for r in records)
     for i in (0, 1, 3):
-        want = decider.decide_systemone({"model": "jev-latest", "state": rows[i]["text"], "questions": SYSTEMONE})
+        want = systemone.decide(decider, {"model": "jev-latest", "state": rows[i]["text"], "questions": SYSTEMONE})
         assert records[i]["error"] is None
         assert_close(records[i]["answers"], want["answers"])
         assert records[i]["usage"] == want["usage"]
@@ -135,7 +136,7 @@ def test_openai_question_files_are_detected(env, model, decider, tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     for record, text in zip(read_jsonl(out), texts(3)):
-        want = decider.decide_openai({"model": "gpt-6-luna", "input": text, "questions": OPENAI})
+        want = openai.decide(decider, {"model": "gpt-6-luna", "input": text, "questions": OPENAI})
         assert [a["name"] for a in record["answers"]] == ["refund", "team", "anger"]
         assert_close(record["answers"], want["answers"])
 
@@ -287,7 +288,7 @@ def test_kill_9_then_rerun_answers_each_row_exactly_once(env, model, decider, tm
     assert [r["row"] for r in rows] == list(range(n)) and [r["i"] for r in rows] == list(range(n))
     assert all(r["error"] is None for r in rows)
     for i in (0, done - 1, done, n - 1):  # both sides of the kill
-        want = decider.decide_systemone({"model": "jev-latest", "state": texts(n)[i], "questions": SYSTEMONE})
+        want = systemone.decide(decider, {"model": "jev-latest", "state": texts(n)[i], "questions": SYSTEMONE})
         assert_close(rows[i]["answers"], want["answers"])
 
 
@@ -453,7 +454,7 @@ def test_rows_batched_together_answer_as_each_row_alone(decider, picked, batch_s
     assert [row for row, _ in answered] == list(range(len(picked)))
     for (_, record), text in zip(answered, picked):
         if isinstance(text, str) and text.strip() and text != TOO_LONG:
-            want = decider.decide_systemone({"model": "jev-latest", "state": text, "questions": SYSTEMONE})
+            want = systemone.decide(decider, {"model": "jev-latest", "state": text, "questions": SYSTEMONE})
             assert record["error"] is None
             assert_close(record["answers"], want["answers"])
             assert record["usage"] == want["usage"]

@@ -16,6 +16,7 @@ from decide.answers import choice_confidence, expected_score, score_confidence
 from decide.cli import BAR_WIDTH, print_answers
 from decide.core import Decider
 from decide.models import load_model
+from decide.wire import systemone
 
 SCRIPT = Path(sys.executable).with_name("decide")
 STATE = "I was charged twice for my subscription. Please refund me! Café 🙂"
@@ -97,7 +98,7 @@ def test_json_is_the_system_one_response_body(env, model):
 
 def test_the_cli_answers_what_the_library_answers(env, model, tmp_path):
     response = run_json(env, model, "-q", "-s", STATE)
-    want = Decider(load_model(str(model), cache_dir=tmp_path, progress=False)).decide_systemone(BODY)
+    want = systemone.decide(Decider(load_model(str(model), cache_dir=tmp_path, progress=False)), BODY)
     assert response["answers"].keys() == want["answers"].keys()
     for got, expected in zip(response["answers"].values(), want["answers"].values()):
         assert got.keys() == expected.keys()

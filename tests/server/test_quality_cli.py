@@ -19,6 +19,7 @@ from decide.core import Decider, DeciderOptions
 from decide.models import load_model
 from decide.quality.data import load
 from decide.quality.evaluate import evaluate
+from decide.wire import systemone
 
 SCRIPT = Path(sys.executable).with_name("decide")
 TEAM = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "technical": None}}
@@ -146,8 +147,8 @@ def test_the_server_applies_calibration_and_profile(root, env, profile, calibrat
         got = requests.post(server.url + "/v1/systemone", json=body, timeout=120).json()
     loaded = load_model(env["DECIDE_MODEL"], cache_dir=env["DECIDE_CACHE_DIR"], progress=False)
     decider = Decider(loaded, DeciderOptions(calibration=calibration, profile=profile))
-    want = decider.decide_systemone(body)
-    plain = Decider(loaded, DeciderOptions(calibration="none")).decide_systemone(body)
+    want = systemone.decide(decider, body)
+    plain = systemone.decide(Decider(loaded, DeciderOptions(calibration="none")), body)
     assert list(got["answers"]) == ["team", "urgent", "mood"]
     np.testing.assert_allclose(
         list(got["answers"]["team"]["probabilities"].values()),
