@@ -20,7 +20,14 @@ dnnl::engine& cpu_engine() {
 
 }  // namespace
 
-void to_bf16(const float* in, uint16_t* out, size_t n) {
+// Vectorized for the widest ISA the CPU has, chosen at load (the default build targets baseline x86-64).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DECIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DECIDE_CLONES
+#endif
+
+DECIDE_CLONES void to_bf16(const float* in, uint16_t* out, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) {
         uint32_t bits;
@@ -31,7 +38,7 @@ void to_bf16(const float* in, uint16_t* out, size_t n) {
     }
 }
 
-void from_bf16(const uint16_t* in, float* out, size_t n) {
+DECIDE_CLONES void from_bf16(const uint16_t* in, float* out, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) {
         const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;

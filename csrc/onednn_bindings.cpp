@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "attention_binding.hpp"
+#include "bf16_gemm.hpp"
 #include "bf16_linear.hpp"
 
 namespace py = pybind11;
@@ -76,7 +78,7 @@ py::array_t<float> from_bf16(const Uint16Array& x) {
 }  // namespace
 
 PYBIND11_MODULE(_onednn, m) {
-    m.doc() = "bfloat16 linear layers through oneDNN";
+    m.doc() = "bfloat16 linear layers and attention products through oneDNN";
 #ifdef DECIDE_VERSION
     m.attr("__version__") = DECIDE_VERSION;
 #endif
@@ -89,6 +91,16 @@ PYBIND11_MODULE(_onednn, m) {
         .def_readonly("out_features", &decide::Bf16Linear::out_features)
         .def_readonly("in_features", &decide::Bf16Linear::in_features)
         .def_property_readonly("weight_bytes", &decide::Bf16Linear::weight_bytes);
+    m.def(
+        "attention",
+        [](const decide::FloatHeads& q, const decide::FloatHeads& k, const decide::FloatHeads& v, float scale,
+           const std::optional<decide::FloatHeads>& bias, int64_t causal_offset, int64_t shared) {
+            return decide::bound_attention(q, k, v, scale, bias, causal_offset, shared, decide::bf16_gemm);
+        },
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("bias"), py::arg("causal_offset") = 0,
+        py::arg("shared") = 0,
+        "decide._native.attention with its products in bfloat16 (q · scale, k, and the softmax numerators rounded "
+        "to bf16, float32 accumulation; the softmax and the forest's own keys' weighted sums in float32)");
     m.def("to_bf16", &to_bf16, py::arg("x"), "float32 -> bfloat16 bits (uint16), rounded to nearest even");
     m.def("from_bf16", &from_bf16, py::arg("x"), "bfloat16 bits (uint16) -> float32, exact");
 }

@@ -102,24 +102,26 @@ class Decider:
         m = self.loaded
         namespace = f"{m.model_id}|{m.dtype}|{m.precision}|{m.tokenizer.chat_template}"
         trie_options = self.options.trie
+        if m.precision == "bfloat16":  # speed hook: attention's products in bf16 too
+            trie_options = replace(trie_options, bf16_attention=True)
         fast_kernels.install(self.loaded.model)  # also splits merged passes into per-block attention
-        if trie_options.fast_kernels and not self._fast_kernels_fit():
+        if trie_options.fast_kernels and not self._fast_kernels_fit(trie_options.bf16_attention):
             trie_options = replace(trie_options, fast_kernels=False)
         return TrieScorer(self.parts, namespace, trie_options)
 
-    def _fast_kernels_fit(self) -> bool:
+    def _fast_kernels_fit(self, bf16_attention: bool) -> bool:
         swapped = fast_kernels.install(self.loaded.model)
-        if swapped and self._self_test(fast=True):
+        if swapped and self._self_test(fast=True, bf16_attention=bf16_attention):
             log.info("%s: fast kernels for %s", self.model_id, ", ".join(swapped))
             return True
         log.warning("%s: fast kernels do not fit this model; the trie engine runs stock MLX ops", self.model_id)
         return False
 
-    def _self_test(self, fast: bool = False) -> bool:
+    def _self_test(self, fast: bool = False, bf16_attention: bool = False) -> bool:
         # bf16 rounds the activations of the forest and of the plain forwards differently: measured
         # 3.5e-3 of the largest hidden value on SmolLM2, where a wiring fault is off by ~1.
         tolerance = 3e-2 if self.loaded.precision == "bfloat16" else 1e-3
-        return tree_attention.self_test(self.parts, self.loaded.model, fast=fast, tolerance=tolerance)
+        return tree_attention.self_test(self.parts, self.loaded.model, fast, tolerance, bf16_attention)
 
     @classmethod
     def load(

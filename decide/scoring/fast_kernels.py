@@ -24,7 +24,7 @@ from functools import partial
 import mlx.nn as nn
 import numpy as np
 
-from .. import _native
+from .. import _native, bf16_kernels
 from ..runtime import device, mx
 
 _LOG2E = 1.4426950408889634
@@ -34,6 +34,8 @@ _ROUND = 12582912.0  # 1.5 * 2**23: adding it rounds to an integer kept in the l
 _EXPONENT_BITS = 0x4B400000 - 127  # bits of _ROUND, minus the float32 exponent bias
 
 _enabled: contextvars.ContextVar[bool] = contextvars.ContextVar("decide_fast_kernels", default=False)
+# speed hook: attention's products in bfloat16 (decide.bf16_kernels) for a bfloat16 model's passes
+_bf16_attention: contextvars.ContextVar[bool] = contextvars.ContextVar("decide_bf16_attention", default=False)
 
 
 @partial(mx.compile, shapeless=True)
@@ -108,7 +110,8 @@ def _native_attention(queries: mx.array, keys: mx.array, values: mx.array, scale
     mx.eval(queries, keys, values, *([] if bias is None else [bias]))
     q, k, v = (_rows_contiguous(np.asarray(a)[0]) for a in (queries, keys, values))  # views, no copy
     bias_np = None if bias is None else _rows_contiguous(np.asarray(bias))
-    out = _native.attention(q, k, v, scale, bias_np, 0 if bias is not None else mask, shared)
+    kernel = bf16_kernels.attention if _bf16_attention.get() else _native.attention  # speed hook
+    out = kernel(q, k, v, scale, bias_np, 0 if bias is not None else mask, shared)
     return mx.array(out)[None]
 
 
@@ -222,12 +225,13 @@ def is_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def enabled() -> Iterator[None]:
-    token = _enabled.set(True)
+def enabled(bf16_attention: bool = False) -> Iterator[None]:
+    token, bf16_token = _enabled.set(True), _bf16_attention.set(bf16_attention)  # speed hook: bf16_attention
     try:
         yield
     finally:
         _enabled.reset(token)
+        _bf16_attention.reset(bf16_token)
 
 
 def _mask_for(mask, length: int, span: int, cache) -> mx.array | int | None:

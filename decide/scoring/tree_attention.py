@@ -184,11 +184,12 @@ def forest_forward(
     return ForestPass(body(mx.array(tokens.astype(np.int32))[None], caches)[0], caches)
 
 
-def self_test(parts, model, fast: bool = False, tolerance: float = 1e-3) -> bool:
+def self_test(parts, model, fast: bool = False, tolerance: float = 1e-3, bf16_attention: bool = False) -> bool:
     """Does a two-branch forest give the same hidden states as plain forwards of each branch, within
     `tolerance` of their largest value? (A wiring fault is off by the order of that value.)
 
-    With `fast`, the forest runs on fast_kernels (the plain forwards always run stock)."""
+    With `fast`, the forest runs on fast_kernels (the plain forwards always run stock), with
+    `bf16_attention` attention's products in bfloat16."""
     rng = np.random.default_rng(0)
     vocab = int(parts.head(mx.zeros((1, parts_hidden_size(parts, model)))).shape[-1])
     stem = rng.integers(0, vocab, 5).tolist()
@@ -202,7 +203,7 @@ def self_test(parts, model, fast: bool = False, tolerance: float = 1e-3) -> bool
         while j >= 0:
             anc[i, j] = True
             j = parents[j]
-    with fast_kernels.enabled() if fast else contextlib.nullcontext():
+    with fast_kernels.enabled(bf16_attention) if fast else contextlib.nullcontext():
         blocks = [Block(None, 0, len(tokens))]
         got = forest_forward(
             parts.body, len(parts.layers), tokens, positions, blocks, forest_mask(blocks, [anc])

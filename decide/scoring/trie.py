@@ -42,6 +42,7 @@ class TrieOptions:
     cache_bytes: int = 1 << 30  # prefix-cache budget
     block: int = 16  # prefix-cache granularity in tokens
     fast_kernels: bool = True  # attention softmax and SiLU on fast_kernels (checked at load by a self-test)
+    bf16_attention: bool = False  # with fast_kernels, attention's products in bfloat16 (a bfloat16 model's)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ class TrieScorer:
             ScoreResult(log_likelihoods=[np.zeros(len(q.candidates)) for q in qs], hidden=[None] * len(qs))
             for qs in requests
         ]
-        with fast_kernels.enabled() if self.options.fast_kernels else contextlib.nullcontext():
+        fast = fast_kernels.enabled(self.options.bf16_attention) if self.options.fast_kernels else None
+        with fast or contextlib.nullcontext():
             segments = [seg for group in self._groups(requests, results) for seg in group]
             for merged in self._merge(segments):
                 self._run_pass(merged, results)

@@ -1,0 +1,68 @@
+"""float32 vs bfloat16 in one process, interleaved: `python -m bench.speed [cases...] [--rounds N] [--model M]`.
+
+Three deciders on one model: the float32 trie engine, and the bfloat16 one with attention's products
+in float32 (`bf16 f32-attn`, the backend before decide.bf16_kernels) and in bfloat16 (`bf16`). Each
+round runs every case on each of them in turn, prefix cache cleared first (cold), so a busy
+machine slows them alike; the medians and their ratios are printed. Default cases: standard, choice40.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import replace
+
+import decide.runtime  # noqa: F401  (BLAS before mlx)
+from decide.core import Decider, DeciderOptions
+from decide.models import load_model
+
+from . import config
+from .cases import CASES
+
+
+def deciders(model: str) -> dict[str, Decider]:
+    f32 = Decider(load_model(model, precision="float32"), DeciderOptions(scorer="trie"))
+    bf16 = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
+    old = Decider(bf16.loaded, DeciderOptions(scorer="trie"))
+    old.trie.options = replace(old.trie.options, bf16_attention=False)
+    return {"float32": f32, "bf16 f32-attn": old, "bf16": bf16}
+
+
+def seconds(decider: Decider, request) -> float:
+    decider.trie.cache.clear()
+    start = time.perf_counter()
+    decider.decide(request)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", metavar="case", help=f"of {', '.join(CASES)} (default: standard choice40)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model", default=config.model())
+    args = parser.parse_args()
+    unknown = sorted(set(args.cases) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}: use {', '.join(CASES)}")
+    args.cases = args.cases or ["standard", "choice40"]
+    runs = deciders(args.model)
+    requests = {case: CASES[case].build() for case in args.cases}
+    times = {(case, name): [] for case in args.cases for name in runs}
+    for request in requests.values():  # warm-up: primitives, tables, allocations
+        for decider in runs.values():
+            decider.decide(request)
+    for _ in range(args.rounds):
+        for case, request in requests.items():
+            for name, decider in runs.items():
+                times[case, name].append(seconds(decider, request))
+    print(f"{args.model}, cold prefix cache, median of {args.rounds} interleaved rounds")
+    for case in args.cases:
+        base = statistics.median(times[case, "float32"])
+        cells = [f"{name} {statistics.median(times[case, name]):.3f} s" for name in runs]
+        ratios = [f"{base / statistics.median(times[case, name]):.2f}x" for name in runs if name != "float32"]
+        print(f"  {case:<10} " + "   ".join(cells) + "   speed-up over float32: " + " / ".join(ratios))
+
+
+if __name__ == "__main__":
+    main()
