@@ -1,7 +1,8 @@
 """float32 vs bfloat16 in one process, interleaved: `python -m bench.speed [cases...] [--rounds N] [--model M]`.
 
-Three deciders on one model: the float32 trie engine, and the bfloat16 one with attention's products
-in float32 (`bf16 f32-attn`, the backend before decide.bf16_kernels) and in bfloat16 (`bf16`). Each
+Three deciders on one model: the float32 trie engine; `bf16 before`, the bfloat16 backend as it was
+before bench.speed (each projection its own GEMM, attention's products in float32); and `bf16` (sibling
+projections fused, decide.bf16.FUSED_GROUPS; attention's products in bf16, decide.bf16_kernels). Each
 round runs every case on each of them in turn, prefix cache cleared first (cold), so a busy
 machine slows them alike; the medians and their ratios are printed. Default cases: standard, choice40.
 """
@@ -12,8 +13,10 @@ import argparse
 import statistics
 import time
 from dataclasses import replace
+from unittest.mock import patch
 
 import decide.runtime  # noqa: F401  (BLAS before mlx)
+from decide import bf16
 from decide.core import Decider, DeciderOptions
 from decide.models import load_model
 
@@ -23,10 +26,11 @@ from .cases import CASES
 
 def deciders(model: str) -> dict[str, Decider]:
     f32 = Decider(load_model(model, precision="float32"), DeciderOptions(scorer="trie"))
-    bf16 = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
-    old = Decider(bf16.loaded, DeciderOptions(scorer="trie"))
-    old.trie.options = replace(old.trie.options, bf16_attention=False)
-    return {"float32": f32, "bf16 f32-attn": old, "bf16": bf16}
+    with patch.object(bf16, "FUSED_GROUPS", ()):
+        before = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
+    before.trie.options = replace(before.trie.options, bf16_attention=False)
+    now = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
+    return {"float32": f32, "bf16 before": before, "bf16": now}
 
 
 def seconds(decider: Decider, request) -> float:

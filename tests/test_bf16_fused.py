@@ -1,0 +1,63 @@
+"""decide.bf16's fused sibling projections (q/k/v, gate/up as one GEMM) against their own linear layers."""
+
+from __future__ import annotations
+
+import mlx.nn as nn
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decide import bf16
+from decide.models import load_model
+from decide.runtime import mx
+
+pytestmark = pytest.mark.skipif(not bf16.available(), reason="the oneDNN backend is not built")
+
+
+def linear(rng, out_features: int, in_features: int, bias: bool) -> nn.Linear:
+    lin = nn.Linear(in_features, out_features, bias=bias)
+    lin.weight = mx.array(rng.standard_normal((out_features, in_features), dtype=np.float32))
+    if bias:
+        lin.bias = mx.array(rng.standard_normal(out_features, dtype=np.float32))
+    return lin
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    outs=st.lists(st.integers(1, 100), min_size=2, max_size=3),
+    in_features=st.integers(1, 120),
+    rows=st.integers(1, 40),
+    biases=st.lists(st.booleans(), min_size=3, max_size=3),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_each_member_equals_its_own_bf16_linear(outs, in_features, rows, biases, seed):
+    rng = np.random.default_rng(seed)
+    linears = [linear(rng, n, in_features, b) for n, b in zip(outs, biases)]
+    fused = bf16.FusedLinears(linears)
+    members = [bf16.Bf16FusedMember(fused, i) for i in range(len(linears))]
+    x = mx.array(rng.standard_normal((1, rows, in_features), dtype=np.float32))
+    for member, lin in zip(members, linears):
+        alone = np.asarray(bf16.Bf16Linear(lin)(x))
+        np.testing.assert_allclose(np.asarray(member(x)), alone, rtol=1e-5, atol=1e-5 * np.abs(alone).max())
+
+
+def test_a_member_called_with_another_input_computes_its_own():
+    rng = np.random.default_rng(3)
+    linears = [linear(rng, 8, 16, True), linear(rng, 4, 16, False)]
+    fused = bf16.FusedLinears(linears)
+    first, second = (bf16.Bf16FusedMember(fused, i) for i in range(2))
+    x, y = (mx.array(rng.standard_normal((5, 16), dtype=np.float32)) for _ in range(2))
+    want = np.asarray(bf16.Bf16Linear(linears[1])(y))
+    first(x)  # x's outputs wait for `second`, which reads y instead
+    np.testing.assert_array_equal(np.asarray(second(y)), want)
+    np.testing.assert_array_equal(np.asarray(second(y)), want)  # and again, its output taken already
+
+
+def test_a_converted_model_fuses_attention_and_mlp_projections(tiny_gguf_path, tmp_path):
+    loaded = load_model(str(tiny_gguf_path), cache_dir=tmp_path, progress=False, precision="bfloat16")
+    layer = loaded.model.model.layers[0]
+    fused = [getattr(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj")]
+    fused += [getattr(layer.mlp, n) for n in ("gate_proj", "up_proj")]
+    assert all(isinstance(m, bf16.Bf16FusedMember) for m in fused)
+    assert isinstance(layer.self_attn.o_proj, bf16.Bf16Linear) and isinstance(layer.mlp.down_proj, bf16.Bf16Linear)
