@@ -59,7 +59,13 @@ def bf16_extensions() -> list[Extension]:
         return []
     onednn = Pybind11Extension(
         "decide._onednn",
-        ["csrc/onednn_bindings.cpp", "csrc/bf16_linear.cpp", "csrc/bf16_gemm.cpp", "csrc/kernels.cpp"],
+        [
+            "csrc/onednn_bindings.cpp",
+            "csrc/bf16_linear.cpp",
+            "csrc/bf16_gemm.cpp",
+            "csrc/kernels.cpp",
+            "csrc/rms_norm.cpp",
+        ],
         include_dirs=["csrc", str(root / "include")],
         library_dirs=[str(root / "lib")],
         libraries=["dnnl", "gomp", "dl", "pthread"],

@@ -1,8 +1,9 @@
 """float32 vs bfloat16 in one process, interleaved: `python -m bench.speed [cases...] [--rounds N] [--model M]`.
 
 Three deciders on one model: the float32 trie engine; `bf16 before`, the bfloat16 backend as it was
-before bench.speed (each projection its own GEMM, attention's products in float32); and `bf16` (sibling
-projections fused, decide.bf16.FUSED_GROUPS; attention's products in bf16, decide.bf16_kernels). Each
+before bench.speed (each projection its own GEMM, MLX's RMSNorm, attention's products in float32); and
+`bf16` (sibling projections fused, decide.bf16.FUSED_GROUPS; native RMSNorm; attention's products in
+bf16, decide.bf16_kernels). Each
 round runs every case on each of them in turn, prefix cache cleared first (cold), so a busy
 machine slows them alike; the medians and their ratios are printed. Default cases: standard, choice40.
 """
@@ -15,6 +16,8 @@ import time
 from dataclasses import replace
 from unittest.mock import patch
 
+import mlx.nn as nn
+
 import decide.runtime  # noqa: F401  (BLAS before mlx)
 from decide import bf16
 from decide.core import Decider, DeciderOptions
@@ -24,9 +27,13 @@ from . import config
 from .cases import CASES
 
 
+def stock_rms_norm(norm: nn.RMSNorm) -> nn.RMSNorm:
+    return norm
+
+
 def deciders(model: str) -> dict[str, Decider]:
     f32 = Decider(load_model(model, precision="float32"), DeciderOptions(scorer="trie"))
-    with patch.object(bf16, "FUSED_GROUPS", ()):
+    with patch.object(bf16, "FUSED_GROUPS", ()), patch.object(bf16, "NativeRMSNorm", stock_rms_norm):
         before = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
     before.trie.options = replace(before.trie.options, bf16_attention=False)
     now = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))

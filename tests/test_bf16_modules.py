@@ -1,4 +1,5 @@
-"""decide.bf16's fused sibling projections (q/k/v, gate/up as one GEMM) against their own linear layers."""
+"""decide.bf16's modules beyond a single linear layer: fused sibling projections (q/k/v, gate/up as one
+GEMM) against their own linear layers, and the native RMSNorm against a float64 reference."""
 
 from __future__ import annotations
 
@@ -54,10 +55,33 @@ def test_a_member_called_with_another_input_computes_its_own():
     np.testing.assert_array_equal(np.asarray(second(y)), want)  # and again, its output taken already
 
 
-def test_a_converted_model_fuses_attention_and_mlp_projections(tiny_gguf_path, tmp_path):
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(0, 50),
+    dim=st.integers(1, 600),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    eps=st.sampled_from([1e-6, 1e-5]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_native_rms_norm_equals_the_reference(rows, dim, scale, eps, seed):
+    rng = np.random.default_rng(seed)
+    x = (scale * rng.standard_normal((1, rows, dim))).astype(np.float32)
+    norm = nn.RMSNorm(dim, eps=eps)
+    norm.weight = mx.array(rng.standard_normal(dim, dtype=np.float32))
+    got = np.asarray(bf16.NativeRMSNorm(norm)(mx.array(x)))
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64**2).mean(axis=-1, keepdims=True) + eps) * np.asarray(norm.weight, np.float64)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    np.testing.assert_allclose(got, want, rtol=2e-6 * np.sqrt(dim), atol=1e-30)
+
+
+def test_a_converted_model_fuses_projections_and_has_native_norms(tiny_gguf_path, tmp_path):
     loaded = load_model(str(tiny_gguf_path), cache_dir=tmp_path, progress=False, precision="bfloat16")
     layer = loaded.model.model.layers[0]
     fused = [getattr(layer.self_attn, n) for n in ("q_proj", "k_proj", "v_proj")]
     fused += [getattr(layer.mlp, n) for n in ("gate_proj", "up_proj")]
     assert all(isinstance(m, bf16.Bf16FusedMember) for m in fused)
     assert isinstance(layer.self_attn.o_proj, bf16.Bf16Linear) and isinstance(layer.mlp.down_proj, bf16.Bf16Linear)
+    assert isinstance(layer.input_layernorm, bf16.NativeRMSNorm) and isinstance(
+        loaded.model.model.norm, bf16.NativeRMSNorm
+    )
