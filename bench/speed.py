@@ -5,7 +5,9 @@ before bench.speed (each projection its own GEMM, MLX's RMSNorm, attention's pro
 `bf16` (sibling projections fused, decide.bf16.FUSED_GROUPS; native RMSNorm; attention's products in
 bf16, decide.bf16_kernels). Each
 round runs every case on each of them in turn, prefix cache cleared first (cold), so a busy
-machine slows them alike; the medians and their ratios are printed. Default cases: standard, choice40.
+machine slows them alike; the medians and their ratios are printed, of wall time and of the
+process's CPU time (all its threads: steadier than wall time when other processes take the cores).
+Default cases: standard, choice40.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ def deciders(model: str) -> dict[str, Decider]:
     return {"float32": f32, "bf16 before": before, "bf16": now}
 
 
-def seconds(decider: Decider, request) -> float:
+def seconds(decider: Decider, request) -> tuple[float, float]:
+    """(wall, CPU) seconds of one cold request."""
     decider.trie.cache.clear()
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     decider.decide(request)
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def main() -> None:
@@ -67,10 +70,11 @@ def main() -> None:
                 times[case, name].append(seconds(decider, request))
     print(f"{args.model}, cold prefix cache, median of {args.rounds} interleaved rounds")
     for case in args.cases:
-        base = statistics.median(times[case, "float32"])
-        cells = [f"{name} {statistics.median(times[case, name]):.3f} s" for name in runs]
-        ratios = [f"{base / statistics.median(times[case, name]):.2f}x" for name in runs if name != "float32"]
-        print(f"  {case:<10} " + "   ".join(cells) + "   speed-up over float32: " + " / ".join(ratios))
+        for i, clock in enumerate(("wall", "CPU")):
+            median = {name: statistics.median(t[i] for t in times[case, name]) for name in runs}
+            cells = [f"{name} {s:.3f} s" for name, s in median.items()]
+            ratios = [f"{median['float32'] / s:.2f}x" for name, s in median.items() if name != "float32"]
+            print(f"  {case:<10} {clock:<4} " + "   ".join(cells) + "   speed-up over float32: " + " / ".join(ratios))
 
 
 if __name__ == "__main__":
