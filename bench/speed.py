@@ -31,13 +31,15 @@ def stock_rms_norm(norm) -> None:
     return None  # as decide.bf16._twin reads it: no twin, the norm stays
 
 
-def deciders(model: str) -> dict[str, Decider]:
-    f32 = Decider(load_model(model, precision="float32"), DeciderOptions(scorer="trie"))
+def deciders(model: str, float32: bool = True) -> dict[str, Decider]:
+    runs = (
+        {"float32": Decider(load_model(model, precision="float32"), DeciderOptions(scorer="trie"))} if float32 else {}
+    )
     with patch.object(bf16, "FUSED_GROUPS", ()), patch.object(bf16, "NativeRMSNorm", stock_rms_norm):
         before = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
     before.trie.options = replace(before.trie.options, bf16_attention=False)
     now = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
-    return {"float32": f32, "bf16 before": before, "bf16": now}
+    return {**runs, "bf16 before": before, "bf16": now}
 
 
 def seconds(decider: Decider, request) -> tuple[float, float]:
@@ -53,12 +55,16 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", metavar="case", help=f"of {', '.join(CASES)} (default: standard choice40)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--model", default=config.model())
+    parser.add_argument(
+        "--no-float32", action="store_true", help="bf16 before vs now only (a 1.5B model: half the RAM)"
+    )
     args = parser.parse_args()
     unknown = sorted(set(args.cases) - set(CASES))
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}: use {', '.join(CASES)}")
     args.cases = args.cases or ["standard", "choice40"]
-    runs = deciders(args.model)
+    runs = deciders(args.model, float32=not args.no_float32)
+    base = next(iter(runs))
     requests = {case: CASES[case].build() for case in args.cases}
     times = {(case, name): [] for case in args.cases for name in runs}
     for request in requests.values():  # warm-up: primitives, tables, allocations
@@ -73,8 +79,8 @@ def main() -> None:
         for i, clock in enumerate(("wall", "CPU")):
             median = {name: statistics.median(t[i] for t in times[case, name]) for name in runs}
             cells = [f"{name} {s:.3f} s" for name, s in median.items()]
-            ratios = [f"{median['float32'] / s:.2f}x" for name, s in median.items() if name != "float32"]
-            print(f"  {case:<10} {clock:<4} " + "   ".join(cells) + "   speed-up over float32: " + " / ".join(ratios))
+            ratios = [f"{median[base] / s:.2f}x" for name, s in median.items() if name != base]
+            print(f"  {case:<10} {clock:<4} " + "   ".join(cells) + f"   speed-up over {base}: " + " / ".join(ratios))
 
 
 if __name__ == "__main__":
