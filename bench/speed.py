@@ -2,7 +2,7 @@
 
 Three deciders on one model: the float32 trie engine; `bf16 before`, the bfloat16 backend as it was
 before bench.speed (each projection its own GEMM, MLX's RMSNorm, attention's products in float32); and
-`bf16` (sibling projections fused, decide.bf16.FUSED_GROUPS; native RMSNorm; attention's products in
+`bf16` (q/k/v projections fused, decide.bf16.FUSED_GROUPS; native RMSNorm; attention's products in
 bf16, decide.bf16_kernels). Each
 round runs every case on each of them in turn, prefix cache cleared first (cold), so a busy
 machine slows them alike; the medians and their ratios are printed, of wall time and of the

@@ -164,7 +164,8 @@ def _apply(gemm, x: mx.array) -> mx.array:
 
 # Sibling projections that read one input: each group becomes one GEMM (one input rounding, one call,
 # and wide: k/v alone are 192 outputs on SmolLM2, where oneDNN runs at ~75% of its speed at 960).
-FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+# Not gate/up: at 3,072 outputs oneDNN's GEMM measured no faster than two of 1,536, and the split costs a copy.
+FUSED_GROUPS = (("q_proj", "k_proj", "v_proj"),)
 
 
 class FusedLinears:
