@@ -52,17 +52,23 @@ def onednn_root() -> Path | None:
 
 
 def bf16_extensions() -> list[Extension]:
-    """decide._onednn, the bfloat16 linear layers, where oneDNN is installed (decide/bf16.py loads its library)."""
+    """decide._onednn, the bfloat16 linear layers and attention products, where oneDNN is installed (decide/bf16.py loads its library)."""
     root = onednn_root()
     if root is None:
         print("oneDNN not found: building without the bfloat16 backend")
         return []
     onednn = Pybind11Extension(
         "decide._onednn",
-        ["csrc/onednn_bindings.cpp", "csrc/bf16_linear.cpp"],
+        [
+            "csrc/onednn_bindings.cpp",
+            "csrc/bf16_linear.cpp",
+            "csrc/bf16_gemm.cpp",
+            "csrc/kernels.cpp",
+            "csrc/rms_norm.cpp",
+        ],
         include_dirs=["csrc", str(root / "include")],
         library_dirs=[str(root / "lib")],
-        libraries=["dnnl"],
+        libraries=["dnnl", "gomp", "dl", "pthread"],
         cxx_std=17,
         define_macros=VERSION_MACRO,
         extra_compile_args=["-O3", "-fopenmp-simd"],

@@ -20,7 +20,14 @@ dnnl::engine& cpu_engine() {
 
 }  // namespace
 
-void to_bf16(const float* in, uint16_t* out, size_t n) {
+// Vectorized for the widest ISA the CPU has, chosen at load (the default build targets baseline x86-64).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DECIDE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define DECIDE_CLONES
+#endif
+
+DECIDE_CLONES void to_bf16(const float* in, uint16_t* out, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) {
         uint32_t bits;
@@ -31,7 +38,7 @@ void to_bf16(const float* in, uint16_t* out, size_t n) {
     }
 }
 
-void from_bf16(const uint16_t* in, float* out, size_t n) {
+DECIDE_CLONES void from_bf16(const uint16_t* in, float* out, size_t n) {
 #pragma omp simd
     for (size_t i = 0; i < n; ++i) {
         const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
@@ -45,6 +52,7 @@ struct Bf16Linear::Impl {
     dnnl::matmul matmul;
     memory weight, bias;
     bool has_bias;
+    memory::desc scratchpad;  // each calling thread brings its own (the library's is shared by all threads)
 };
 
 Bf16Linear::Bf16Linear(const float* w, int64_t out, int64_t in, const float* b, bool packed_)
@@ -58,9 +66,12 @@ Bf16Linear::Bf16Linear(const float* w, int64_t out, int64_t in, const float* b, 
     memory::desc dst({any_rows, out}, dt::f32, tag::ab);
     memory::desc bias_desc({1, out}, dt::f32, tag::ab);
     impl_->has_bias = b != nullptr;
-    auto pd = b ? dnnl::matmul::primitive_desc(engine, src, wei_any, bias_desc, dst)
-                : dnnl::matmul::primitive_desc(engine, src, wei_any, dst);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    auto pd = b ? dnnl::matmul::primitive_desc(engine, src, wei_any, bias_desc, dst, attr)
+                : dnnl::matmul::primitive_desc(engine, src, wei_any, dst, attr);
     impl_->matmul = dnnl::matmul(pd);
+    impl_->scratchpad = pd.scratchpad_desc();
 
     impl_->weight = memory(pd.weights_desc(), engine);
     if (packed) {
@@ -95,9 +106,12 @@ void Bf16Linear::forward(const float* x, int64_t rows, int64_t x_stride, float* 
     for (int64_t r = 0; r < rows; ++r) to_bf16(x + r * x_stride, xb.data() + r * in_features, in_features);
     memory src({{rows, in_features}, dt::bf16, tag::ab}, engine, xb.data());
     memory dst({{rows, out_features}, dt::f32, tag::ab}, engine, y);
+    thread_local std::vector<uint8_t> scratch;
+    scratch.resize(impl_->scratchpad.get_size());
+    memory scratchpad(impl_->scratchpad, engine, scratch.data());
     dnnl::stream stream(engine);
     std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weight}, {DNNL_ARG_DST, dst}};
+        {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, impl_->weight}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}};
     if (impl_->has_bias) args.insert({DNNL_ARG_BIAS, impl_->bias});
     impl_->matmul.execute(stream, args);
     stream.wait();

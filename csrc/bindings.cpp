@@ -9,6 +9,7 @@
 #include <vector>
 #include <stdexcept>
 
+#include "attention_binding.hpp"
 #include "kernels.hpp"
 #include "trie.hpp"
 
@@ -62,51 +63,10 @@ py::array_t<bool> ancestor_mask(const Int32Array& parents, py::ssize_t start, st
 
 using FloatArray = py::array_t<float, 0>;  // float32 as it comes, strides kept (no copy)
 
-decide::StridedHeads heads_view(const FloatArray& a, const char* name, int dim) {
-    // (A stride along an axis of length 1 is meaningless: numpy and MLX may report 0 there.)
-    if (a.ndim() != 3 || a.shape(2) != dim || (dim > 1 && a.strides(2) != sizeof(float)) ||
-        a.strides(1) % sizeof(float) != 0 || a.strides(0) % sizeof(float) != 0 || a.strides(1) < 0 || a.strides(0) < 0) {
-        throw std::invalid_argument(std::string(name) + " must be float32 [heads, rows, dim] with a contiguous last axis");
-    }
-    return {a.data(), static_cast<int64_t>(a.strides(0) / sizeof(float)), static_cast<int64_t>(a.strides(1) / sizeof(float))};
-}
-
 py::array_t<float> attention(const FloatArray& q, const FloatArray& k, const FloatArray& v, float scale,
                              const std::optional<FloatArray>& bias, int64_t causal_offset, int64_t shared) {
     if (!decide::attention_available()) throw std::runtime_error("no cblas_sgemm in the process (see decide.runtime)");
-    if (q.ndim() != 3 || k.ndim() != 3) throw std::invalid_argument("q, k, v must be [heads, rows, dim]");
-    decide::AttentionInput in{};
-    in.heads = static_cast<int>(q.shape(0));
-    in.length = static_cast<int>(q.shape(1));
-    in.dim = static_cast<int>(q.shape(2));
-    in.kv_heads = static_cast<int>(k.shape(0));
-    in.span = static_cast<int>(k.shape(1));
-    in.q = heads_view(q, "q", in.dim);
-    in.k = heads_view(k, "k", in.dim);
-    in.v = heads_view(v, "v", in.dim);
-    if (in.kv_heads < 1 || in.heads % in.kv_heads != 0 || v.shape(0) != in.kv_heads || v.shape(1) != in.span ||
-        in.span < 1) {
-        throw std::invalid_argument("k and v must be [kv_heads, span, dim], span >= 1, kv_heads dividing heads");
-    }
-    in.scale = scale;
-    in.causal_offset = causal_offset;
-    if (bias) {
-        if (bias->ndim() != 2 || bias->shape(0) != in.length || bias->shape(1) != in.span ||
-            (in.span > 1 && bias->strides(1) != sizeof(float)) || bias->strides(0) % sizeof(float) != 0 || bias->strides(0) < 0) {
-            throw std::invalid_argument("bias must be float32 [length, span] with contiguous rows");
-        }
-        if (shared < 0 || shared > in.span) throw std::invalid_argument("shared must be in [0, span]");
-        in.shared = static_cast<int>(shared);
-        in.bias = bias->data();
-        in.bias_row_stride = static_cast<int64_t>(bias->strides(0) / sizeof(float));
-    }
-    py::array_t<float> out({in.heads, in.length, in.dim});
-    float* dst = out.mutable_data();
-    {
-        py::gil_scoped_release nogil;
-        decide::attention(in, dst);
-    }
-    return out;
+    return decide::bound_attention(q, k, v, scale, bias, causal_offset, shared, nullptr);
 }
 
 py::array_t<float> silu_product(const FloatArray& gate, const FloatArray& up) {

@@ -25,12 +25,22 @@ SgemmFn sgemm() {
     return fn;
 }
 
+// in.gemm if set, else the BLAS: C = A · B (or A · Bᵀ) + beta · C, row-major.
+void product(const AttentionInput& in, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
+             int ldb, float beta, float* c, int ldc) {
+    if (in.gemm) {
+        in.gemm(trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    } else {
+        sgemm()(kRowMajor, kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    }
+}
+
 // A tile is 64 query rows of each query head of a KV group; its dense keys are taken 512 at a time:
 // the block's scores (384 KiB for 3 heads) stay in L2 between the two products, which stay wide.
 constexpr int kTileRows = 64;
 constexpr int kBlockCols = 512;
 
-// exp(x) = p · 2ⁿ as decide/scoring/fast_kernels.py computes it (Cody-Waite reduction, degree-7
+// exp(x) = p · 2ⁿ as decide/scoring/adapter/kernels.py computes it (Cody-Waite reduction, degree-7
 // Taylor polynomial, the exponent built from integer bits): branch-free, so the loops vectorize.
 inline __attribute__((always_inline)) float exp_poly(float x) {
     constexpr float kLog2e = 1.4426950408889634f, kLn2Hi = 0.693145751953125f, kLn2Lo = 1.428606765330187e-06f;
@@ -183,8 +193,8 @@ void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const flo
     const int m = in.heads / in.kv_heads * t.rows, d = in.dim;
     for (int c0 = 0; c0 < t.cols; c0 += kBlockCols) {
         const int cb = std::min(kBlockCols, t.cols - c0);
-        sgemm()(kRowMajor, kNoTrans, kTrans, m, cb, d, 1.0f, b.queries.data(), d, keys + c0 * in.k.row_stride,
-                static_cast<int>(in.k.row_stride), 0.0f, b.scores.data(), b.score_stride);
+        product(in, true, m, cb, d, b.queries.data(), d, keys + c0 * in.k.row_stride, static_cast<int>(in.k.row_stride),
+                0.0f, b.scores.data(), b.score_stride);
         for (int r = 0; r < m; ++r) {
             const int i = r % t.rows, row = t.first_row + i;
             float* line = b.scores.data() + static_cast<size_t>(r) * b.score_stride;
@@ -206,7 +216,7 @@ void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const flo
             std::fill(line + visible, line + cb, 0.0f);
             if (factor != 1.0f) scale_row(b.values.data() + static_cast<size_t>(r) * d, d, factor);
         }
-        sgemm()(kRowMajor, kNoTrans, kNoTrans, m, d, cb, 1.0f, b.scores.data(), b.score_stride, vals + c0 * in.v.row_stride,
+        product(in, false, m, d, cb, b.scores.data(), b.score_stride, vals + c0 * in.v.row_stride,
                 static_cast<int>(in.v.row_stride), c0 == 0 ? 0.0f : 1.0f, b.values.data(), d);
     }
 }
@@ -227,7 +237,7 @@ void attend_sparse(const AttentionInput& in, const Tile& t, const SparseColumns&
     for (int u = 0; u < width;) {
         int end = u + 1;
         while (end < width && b.columns[end] == b.columns[end - 1] + 1) ++end;
-        sgemm()(kRowMajor, kNoTrans, kTrans, m, end - u, d, 1.0f, b.queries.data(), d, keys + b.columns[u] * in.k.row_stride,
+        product(in, true, m, end - u, d, b.queries.data(), d, keys + b.columns[u] * in.k.row_stride,
                 static_cast<int>(in.k.row_stride), 0.0f, b.union_scores.data() + u, width);
         u = end;
     }

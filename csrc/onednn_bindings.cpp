@@ -8,7 +8,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "attention_binding.hpp"
+#include "bf16_gemm.hpp"
 #include "bf16_linear.hpp"
+#include "rms_norm.hpp"
 
 namespace py = pybind11;
 
@@ -61,6 +64,20 @@ py::array_t<float> rows(const decide::Bf16Linear& self, const py::array_t<int64_
     return out;
 }
 
+py::array_t<float> rms_norm(const Float32Array& x, const Float32Array& weight, float eps) {
+    if (x.ndim() < 1 || weight.ndim() != 1 || x.shape(x.ndim() - 1) != weight.shape(0))
+        throw std::invalid_argument("x must be [..., dim] and weight [dim]");
+    py::array_t<float> out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+    const int64_t dim = weight.shape(0), rows = dim ? x.size() / dim : 0;
+    const float *in = x.data(), *w = weight.data();
+    float* o = out.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        decide::rms_norm(in, w, eps, rows, dim, o);
+    }
+    return out;
+}
+
 py::array_t<uint16_t> to_bf16(const Float32Array& x) {
     py::array_t<uint16_t> out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
     decide::to_bf16(x.data(), out.mutable_data(), static_cast<size_t>(x.size()));
@@ -76,7 +93,7 @@ py::array_t<float> from_bf16(const Uint16Array& x) {
 }  // namespace
 
 PYBIND11_MODULE(_onednn, m) {
-    m.doc() = "bfloat16 linear layers through oneDNN";
+    m.doc() = "bfloat16 linear layers and attention products through oneDNN, and the float32 RMSNorm around them";
 #ifdef DECIDE_VERSION
     m.attr("__version__") = DECIDE_VERSION;
 #endif
@@ -89,6 +106,18 @@ PYBIND11_MODULE(_onednn, m) {
         .def_readonly("out_features", &decide::Bf16Linear::out_features)
         .def_readonly("in_features", &decide::Bf16Linear::in_features)
         .def_property_readonly("weight_bytes", &decide::Bf16Linear::weight_bytes);
+    m.def(
+        "attention",
+        [](const decide::FloatHeads& q, const decide::FloatHeads& k, const decide::FloatHeads& v, float scale,
+           const std::optional<decide::FloatHeads>& bias, int64_t causal_offset, int64_t shared) {
+            return decide::bound_attention(q, k, v, scale, bias, causal_offset, shared, decide::bf16_gemm);
+        },
+        py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("bias"), py::arg("causal_offset") = 0,
+        py::arg("shared") = 0,
+        "decide._native.attention with its products in bfloat16 (q · scale, k, and the softmax numerators rounded "
+        "to bf16, float32 accumulation; the softmax and the forest's own keys' weighted sums in float32)");
+    m.def("rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("eps"),
+          "x / sqrt(mean(x², last axis) + eps) · weight, float32 [..., dim]");
     m.def("to_bf16", &to_bf16, py::arg("x"), "float32 -> bfloat16 bits (uint16), rounded to nearest even");
     m.def("from_bf16", &from_bf16, py::arg("x"), "bfloat16 bits (uint16) -> float32, exact");
 }

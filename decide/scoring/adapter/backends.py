@@ -4,9 +4,9 @@
 |----------------|--------------------|---------------------|------------------|----------------------------|
 | `mlx`          | stock_attention    | stock_silu_product  | stock_rope       | MLX (the model's own)      |
 | `cpu-float32`  | native_attention * | native_silu_product | RopeTables       | MLX on the loaded BLAS     |
-| `cpu-bfloat16` | native_attention * | native_silu_product | RopeTables       | decide.bf16 (oneDNN bf16)  |
+| `cpu-bfloat16` | bf16_attention *   | native_silu_product | RopeTables       | decide.bf16 (oneDNN bf16)  |
 
-(*: `mlx_attention` where no optimized BLAS was loaded, which the native attention multiplies with.)
+(*: `mlx_attention` where no optimized BLAS was loaded, which the native attention kernel needs.)
 
 `mlx` is the reference and the path for Metal and CUDA. The linear layers are not swapped per pass:
 `decide.bf16.convert` replaces them when the model loads in bfloat16; the column only records it.
@@ -31,8 +31,8 @@ class Backend:
     linear: str  # what runs the linear layers (set at load, not per pass)
 
 
-def _cpu(name: str, linear: str) -> Backend:
-    attention = kernels.native_attention if _native.attention_available() else kernels.mlx_attention
+def _cpu(name: str, linear: str, attention: Callable = kernels.native_attention) -> Backend:
+    attention = attention if _native.attention_available() else kernels.mlx_attention
     return Backend(name, attention, kernels.native_silu_product, kernels.RopeTables(), linear)
 
 
@@ -45,7 +45,7 @@ def cpu_float32() -> Backend:
 
 
 def cpu_bfloat16() -> Backend:
-    return _cpu("cpu-bfloat16", "onednn-bf16")
+    return _cpu("cpu-bfloat16", "onednn-bf16", kernels.bf16_attention)
 
 
 BACKENDS: dict[str, Callable[[], Backend]] = {"mlx": mlx, "cpu-float32": cpu_float32, "cpu-bfloat16": cpu_bfloat16}

@@ -6,7 +6,7 @@ Two families compute the same things:
 - the CPU kernels: on a CPU, MLX evaluates `exp` (and so softmax and sigmoid) one libm call per
   element, far slower than a multiply, and runs attention as separate passes over the whole score
   matrix. `native_attention` and `native_silu_product` run csrc/kernels.cpp (tiles of query rows,
-  BLAS products, a vectorized exp); `mlx_attention` and `mlx_silu_product` are their MLX twins, built
+  BLAS products, a vectorized exp; `bf16_attention` makes the products bf16 GEMMs); `mlx_attention` and `mlx_silu_product` are their MLX twins, built
   on `fast_exp` (Cody-Waite range reduction, a degree-7 Taylor polynomial and an exponent built from
   integer bits, fused by `mx.compile`; relative error < 2e-7); `RopeTables` rotates by shared cos/sin
   tables.
@@ -22,7 +22,7 @@ from functools import partial
 import mlx.nn as nn
 import numpy as np
 
-from ... import _native
+from ... import _native, bf16_kernels
 from ...runtime import mx
 
 _LOG2E = 1.4426950408889634
@@ -94,13 +94,24 @@ def native_attention(
 ) -> mx.array:
     """One float32 sequence through csrc/kernels.cpp (which needs the BLAS decide.runtime loaded); with a bias,
     a query's result depends only on the keys it sees. Batches and other dtypes go to `mlx_attention`."""
+    return _one_sequence(_native.attention, queries, keys, values, scale, mask, shared)
+
+
+def bf16_attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, mask: mx.array | int, shared: int = 0
+) -> mx.array:
+    """`native_attention` with its two products (q·kᵀ, p·v) as bf16 GEMMs through oneDNN, the softmax in float32."""
+    return _one_sequence(bf16_kernels.attention, queries, keys, values, scale, mask, shared)
+
+
+def _one_sequence(kernel, queries, keys, values, scale: float, mask, shared: int) -> mx.array:
     if queries.shape[0] != 1 or queries.dtype != mx.float32:
         return mlx_attention(queries, keys, values, scale, mask)
     bias = None if isinstance(mask, int) else mask
     mx.eval(queries, keys, values, *([] if bias is None else [bias]))
     q, k, v = (_rows_contiguous(np.asarray(a)[0]) for a in (queries, keys, values))  # views, no copy
     bias_np = None if bias is None else _rows_contiguous(np.asarray(bias))
-    out = _native.attention(q, k, v, scale, bias_np, 0 if bias is not None else mask, shared)
+    out = kernel(q, k, v, scale, bias_np, 0 if bias is not None else mask, shared)
     return mx.array(out)[None]
 
 
