@@ -103,7 +103,10 @@ def register(sub) -> None:
     ev.add_argument("-m", "--model", default=None, help=MODEL_HELP)
     ev.add_argument("--calibration", default=None, help="the mode to measure (default: the server's default)")
     ev.add_argument(
-        "--compare", default=None, metavar="A,B", help="modes side by side: none,contextual,pmi,batch,profile"
+        "--compare",
+        default=None,
+        metavar="A,B",
+        help="modes side by side: none,temperature,contextual,pmi,batch,profile",
     )
     ev.add_argument("--profile", default=None, metavar="DIR", help="a `decide fit` profile (adds the mode `profile`)")
     ev.add_argument("--plot", default=None, metavar="FILE.png", help="write a reliability diagram")

@@ -100,8 +100,8 @@ def probabilities(scored: Scored, mode: str, found_priors: dict, profile=None) -
         if entry is None:
             raise ValueError(f"the profile has no fit for question {scored.name!r}")
         return np.stack([entry.probabilities(ll, h) for ll, h in zip(scored.log_likelihoods, scored.hidden)])
-    prior = found_priors.get((mode, scored.question))
-    return np.stack([calibration.calibrated(ll, prior) for ll in scored.log_likelihoods])
+    prior, adjust = found_priors.get((mode, scored.question)), calibration.BY_NAME[mode].adjust
+    return np.stack([calibration.calibrated(ll, prior, adjust) for ll in scored.log_likelihoods])
 
 
 def evaluate(decider, examples: Sequence[Example], modes: Sequence[str], profile=None, progress: bool = True):

@@ -36,7 +36,8 @@ def reference_lls(decider: Decider, text: str, q: Question) -> np.ndarray:
 
 def reference_probabilities(decider: Decider, text: str, q: Question, method: str) -> np.ndarray:
     """Zhao et al.'s recipe written out: p(x) / mean over content-free c of p(c), renormalized (in logs, since
-    the tiny random model's probabilities underflow)."""
+    the tiny random model's probabilities underflow); for `temperature`, softmax(lls / T) with T = k / the
+    perplexity of p(""), the empty input's answer distribution."""
 
     def log_p(t: str) -> np.ndarray:
         lls = reference_lls(decider, t, q)
@@ -44,7 +45,11 @@ def reference_probabilities(decider: Decider, text: str, q: Question, method: st
 
     free = calibration.CONTENT_FREE[method]
     x = log_p(text)
-    if free:
+    if method == "temperature":
+        prior = np.exp(log_p(""))
+        entropy = -sum(p * np.log(p) for p in prior if p > 0)
+        x = reference_lls(decider, text, q) / (len(prior) / np.exp(entropy))
+    elif free:
         x = x - np.logaddexp.reduce([log_p(c) for c in free], axis=0)
     return np.exp(x - np.logaddexp.reduce(x))
 
@@ -119,6 +124,21 @@ def test_the_hidden_state_is_the_last_prompt_tokens_final_hidden_state(deciders)
             ids = decider.loaded.tokenizer.encode(render_prompt(decider.loaded.tokenizer, (Text(text),), q))
             want = np.asarray(decider.parts.body(mx.array(ids, dtype=mx.int32)[None])[0, -1].astype(mx.float32))
             np.testing.assert_allclose(answer.hidden, want, rtol=1e-4, atol=1e-4)
+
+
+def test_temperature_keeps_the_ranking_and_never_sharpens(deciders):
+    for text in TEXTS:
+        plain = deciders["none"].decide(text, QUESTIONS).answers
+        tempered = deciders["temperature"].decide(text, QUESTIONS).answers
+        for a, b in zip(plain, tempered):
+            assert np.argsort(a.probabilities).tolist() == np.argsort(b.probabilities).tolist()
+            assert max(b.probabilities) <= max(a.probabilities) + 1e-6
+
+
+def test_temperature_is_one_for_a_uniform_prior_and_k_for_a_certain_one():
+    lls = np.array([-1.0, -2.0, -4.0])
+    np.testing.assert_allclose(calibration.temper(lls, np.log(np.full(3, 1 / 3))), lls)
+    np.testing.assert_allclose(calibration.temper(lls, np.log([1 - 2e-12, 1e-12, 1e-12])), lls / 3, rtol=1e-9)
 
 
 def test_batch_calibration_divides_out_the_mean_distribution_of_the_set():
