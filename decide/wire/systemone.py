@@ -27,9 +27,9 @@ from .common import (
     Limits,
     MalformedBody,
     UnsupportedMediaType,
-    check_distribution,
     check_json_value,
     compact_json,
+    distribution,
     is_multipart,
     loads_strict,
     merge_texts,
@@ -411,8 +411,7 @@ def render(decision: Decision, parsed: Parsed) -> dict:
 
 
 def _answer(answer: Answer, legend: tuple | None, qid: str) -> dict:
-    p = [float(x) for x in answer.probabilities]
-    check_distribution(p, f"question {qid!r}")
+    p = distribution(answer.probabilities, f"question {qid!r}")
     spec = answer.question.spec
     return {"type": spec.wire["systemone"], **kinds.by_form(FORMS, spec).render(answer, p, legend)}
 
