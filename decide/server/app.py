@@ -62,9 +62,6 @@ class State:
     limits: Limits
     started: float
 
-    def accepted_models(self, served: str) -> set[str]:
-        return {served, OPENAI_ALIAS, SYSTEMONE_ALIAS, *self.config.aliases}
-
 
 def create_app(
     config: ServerConfig | None = None,
@@ -286,7 +283,7 @@ def _drain_body() -> None:
 def _check_model(name: str) -> None:
     state = _state()
     served = state.engine.ready_decider().model_id
-    if state.config.strict_models and name not in state.accepted_models(served):
+    if state.config.strict_models and name not in {served, OPENAI_ALIAS, SYSTEMONE_ALIAS, *state.config.aliases}:
         raise UnknownModel(name)
 
 
@@ -316,12 +313,8 @@ def _decide(req: DecisionRequest) -> Decision:
 
 def _deadline(config: ServerConfig) -> float:
     """Now + the configured deadline, shortened by the OpenAI SDK's own read timeout if it sent one."""
-    budget = config.deadline_s
-    raw = request.headers.get("x-stainless-read-timeout", "")
     try:
-        client = float(raw)
+        client = float(request.headers.get("x-stainless-read-timeout", ""))
     except ValueError:
         client = 0.0
-    if 0 < client < budget:
-        budget = client
-    return time.monotonic() + budget
+    return time.monotonic() + (client if 0 < client < config.deadline_s else config.deadline_s)
