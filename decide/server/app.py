@@ -235,14 +235,12 @@ def _health() -> Response:
     base: dict[str, Any] = {"pid": os.getpid(), "queue_depth": engine.queue_depth, "running": engine.running}
     if engine.phase == "ready" and engine.decider is not None:
         decider = engine.decider
-        info: dict[str, Any] = {"status": "ok", "model": decider.model_id, **dict(decider.info)}
-        info["supports_images"] = bool(decider.supports_images)
-        return json_response({**info, **base})
+        info = {"status": "ok", "model": decider.model_id, **decider.info}
+        return json_response({**info, "supports_images": bool(decider.supports_images), **base})
     if engine.phase == "failed":
         return json_response({"status": "failed", "error": engine.load_error, **base}, 503)
     elapsed = round(time.monotonic() - engine.load_started, 1)
-    progress = conversion_progress()
-    return json_response({"status": "loading", "elapsed_s": elapsed, "progress": progress, **base})
+    return json_response({"status": "loading", "elapsed_s": elapsed, "progress": conversion_progress(), **base})
 
 
 def _metrics() -> Response:

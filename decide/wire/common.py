@@ -131,14 +131,10 @@ def loads_strict(data: bytes | str) -> Any:
     except json.JSONDecodeError as e:
         raise MalformedBody(f"the body is not valid JSON: {e.msg} (char {e.pos})", e.pos) from None
     except ValueError as e:  # parse_constant
-        raise MalformedBody(f"the body is not valid JSON: {e}", _constant_offset(text)) from None
+        hits = [i for i in (text.find("NaN"), text.find("Infinity")) if i >= 0]
+        raise MalformedBody(f"the body is not valid JSON: {e}", min(hits, default=0)) from None
     except RecursionError:
         raise MalformedBody("the body is not valid JSON: nested too deeply", 0) from None
-
-
-def _constant_offset(text: str) -> int:
-    hits = [i for i in (text.find("NaN"), text.find("Infinity")) if i >= 0]
-    return min(hits) if hits else 0
 
 
 def loads_object(data: bytes | str) -> dict:

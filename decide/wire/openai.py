@@ -197,8 +197,7 @@ class _Parser:
         items = _field(body, REQUEST, "input", ())
         if isinstance(items, str):
             return (Text(items),)
-        blocks = [self.item(item, ("input", i)) for i, item in enumerate(items)]
-        return join_blocks(blocks)
+        return join_blocks([self.item(item, ("input", i)) for i, item in enumerate(items)])
 
     # -- input items
     def item(self, item: Any, path: tuple) -> list[Part]:
