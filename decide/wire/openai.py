@@ -104,9 +104,8 @@ _JSON_TYPES = {"string": str, "boolean": bool, "array": list, "object": dict, "n
 
 
 def _field(obj: dict, schema: dict, key: str, path: tuple, *, max_items: int | None = None) -> Any:
-    """obj[key] checked against the rule the OpenAPI document states for it in `schema` (an object
-    component): presence, type, then maxLength, enum or const, minItems and maxItems (`max_items`
-    may lower the last: a server cap). Absent, or null where the rule allows it, gives None."""
+    """obj[key] checked against the rule that `schema` (an object component of the OpenAPI document)
+    states for it; `max_items` may lower its maxItems (a server cap). Absent, or null where allowed, gives None."""
     _, rules, types, nullable, required = _compiled(schema, key)
     value = _get(obj, key, path, types, required=required, nullable=nullable)
     if value is None:
@@ -275,17 +274,14 @@ class _Parser:
         part = _object(part, path)
         kind = _enum(part, "type", path, allowed)
         if breakpoints and kind in ("input_text", "input_image"):
-            self.breakpoint(part, path)
+            bp = _field(part, COMPONENTS["InputText"], "prompt_cache_breakpoint", path)
+            if bp is not None:
+                _field(bp, _BREAKPOINT, "mode", (*path, "prompt_cache_breakpoint"))
         if kind == "input_text":
             return Text(_field(part, COMPONENTS["InputText"], "text", path))
         if kind == "input_json":
             return Text(json_text(part, path))
         return self.image(part, path)
-
-    def breakpoint(self, part: dict, path: tuple) -> None:
-        bp = _field(part, COMPONENTS["InputText"], "prompt_cache_breakpoint", path)
-        if bp is not None:
-            _field(bp, _BREAKPOINT, "mode", (*path, "prompt_cache_breakpoint"))
 
     def image(self, part: dict, path: tuple) -> Image:
         url = _field(part, COMPONENTS["InputImage"], "image_url", path)
@@ -323,8 +319,7 @@ class _Parser:
 
 
 def _listed(form: type[QuestionKind], item: dict, key: str, q: dict, path: tuple) -> tuple[Option, ...]:
-    """The options in the array of `form` (Choice or Score): objects of schema `item`, each a `key` and a
-    description; values must be distinct where the form's kind says so."""
+    """The options a Choice or Score question lists: objects of schema `item`, each a `key` and a description."""
     field = FORMS[form].field
     seen: set[tuple[type, Any]] = set()
     options = []
