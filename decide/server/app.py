@@ -152,24 +152,19 @@ def _check_key(header: str, key: str) -> None:
 
 
 def _after(response: Response) -> Response:
+    """Request ids, metrics and the access-log line. Only the matched route's pattern is a label (bounded)."""
     _drain_body()
     rid = g.get("request_id") or "req_" + uuid.uuid4().hex
     response.headers["x-request-id"] = rid
     response.headers["x-typesafe-request-id"] = rid
-    _observe(rid, response.status_code)
-    return response
-
-
-def _observe(rid: str, status: int) -> None:
-    """Metrics and the access-log line. Only the matched route's pattern is a label (bounded)."""
     seconds = time.perf_counter() - g.get("started", time.perf_counter())
     route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-    state = _state()
-    state.metrics.request_done(route, status, seconds)
-    record = {"request_id": rid, "method": request.method, "route": route, "status": status}
+    _state().metrics.request_done(route, response.status_code, seconds)
+    record = {"request_id": rid, "method": request.method, "route": route, "status": response.status_code}
     record.update(g.get("obs") or {})
     record["duration_ms"] = round(seconds * 1000, 2)
     log_access(record)
+    return response
 
 
 def _on_error(exc: Exception) -> Response:
