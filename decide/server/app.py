@@ -230,7 +230,7 @@ def _health() -> Response:
     base: dict[str, Any] = {"pid": os.getpid(), "queue_depth": engine.queue_depth, "running": engine.running}
     if engine.phase == "ready" and engine.decider is not None:
         decider = engine.decider
-        info = {"status": "ok", "model": decider.model_id, **decider.info}
+        info = {"status": "ok", "model": decider.model_id, **dict(decider.info)}
         return json_response({**info, "supports_images": bool(decider.supports_images), **base})
     if engine.phase == "failed":
         return json_response({"status": "failed", "error": engine.load_error, **base}, 503)

@@ -93,7 +93,9 @@ def _get(obj: dict, key: str, path: tuple, types: tuple, *, required: bool = Tru
     return value
 
 
-def _enum(obj: dict, key: str, path: tuple, allowed: tuple, *, required: bool = True, nullable: bool = False) -> Any:
+def _enum(
+    obj: dict, key: str, path: tuple, allowed: tuple, *, required: bool = True, nullable: bool = False
+) -> str | None:
     value = _get(obj, key, path, (str,), required=required, nullable=nullable)
     if value is not None and value not in allowed:
         raise _fail("invalid_value", (*path, key), f"expected one of {', '.join(map(repr, allowed))}, got {value!r}.")
