@@ -62,9 +62,6 @@ class State:
     limits: Limits
     started: float
 
-    def accepted_models(self, served: str) -> set[str]:
-        return {served, OPENAI_ALIAS, SYSTEMONE_ALIAS, *self.config.aliases}
-
 
 def create_app(
     config: ServerConfig | None = None,
@@ -155,24 +152,19 @@ def _check_key(header: str, key: str) -> None:
 
 
 def _after(response: Response) -> Response:
+    """Request ids, metrics and the access-log line. Only the matched route's pattern is a label (bounded)."""
     _drain_body()
     rid = g.get("request_id") or "req_" + uuid.uuid4().hex
     response.headers["x-request-id"] = rid
     response.headers["x-typesafe-request-id"] = rid
-    _observe(rid, response.status_code)
-    return response
-
-
-def _observe(rid: str, status: int) -> None:
-    """Metrics and the access-log line. Only the matched route's pattern is a label (bounded)."""
     seconds = time.perf_counter() - g.get("started", time.perf_counter())
     route = request.url_rule.rule if request.url_rule is not None else "unmatched"
-    state = _state()
-    state.metrics.request_done(route, status, seconds)
-    record = {"request_id": rid, "method": request.method, "route": route, "status": status}
+    _state().metrics.request_done(route, response.status_code, seconds)
+    record = {"request_id": rid, "method": request.method, "route": route, "status": response.status_code}
     record.update(g.get("obs") or {})
     record["duration_ms"] = round(seconds * 1000, 2)
     log_access(record)
+    return response
 
 
 def _on_error(exc: Exception) -> Response:
@@ -238,14 +230,12 @@ def _health() -> Response:
     base: dict[str, Any] = {"pid": os.getpid(), "queue_depth": engine.queue_depth, "running": engine.running}
     if engine.phase == "ready" and engine.decider is not None:
         decider = engine.decider
-        info: dict[str, Any] = {"status": "ok", "model": decider.model_id, **dict(decider.info)}
-        info["supports_images"] = bool(decider.supports_images)
-        return json_response({**info, **base})
+        info = {"status": "ok", "model": decider.model_id, **dict(decider.info)}
+        return json_response({**info, "supports_images": bool(decider.supports_images), **base})
     if engine.phase == "failed":
         return json_response({"status": "failed", "error": engine.load_error, **base}, 503)
     elapsed = round(time.monotonic() - engine.load_started, 1)
-    progress = conversion_progress()
-    return json_response({"status": "loading", "elapsed_s": elapsed, "progress": progress, **base})
+    return json_response({"status": "loading", "elapsed_s": elapsed, "progress": conversion_progress(), **base})
 
 
 def _metrics() -> Response:
@@ -286,7 +276,7 @@ def _drain_body() -> None:
 def _check_model(name: str) -> None:
     state = _state()
     served = state.engine.ready_decider().model_id
-    if state.config.strict_models and name not in state.accepted_models(served):
+    if state.config.strict_models and name not in {served, OPENAI_ALIAS, SYSTEMONE_ALIAS, *state.config.aliases}:
         raise UnknownModel(name)
 
 
@@ -316,12 +306,8 @@ def _decide(req: DecisionRequest) -> Decision:
 
 def _deadline(config: ServerConfig) -> float:
     """Now + the configured deadline, shortened by the OpenAI SDK's own read timeout if it sent one."""
-    budget = config.deadline_s
-    raw = request.headers.get("x-stainless-read-timeout", "")
     try:
-        client = float(raw)
+        client = float(request.headers.get("x-stainless-read-timeout", ""))
     except ValueError:
         client = 0.0
-    if 0 < client < budget:
-        budget = client
-    return time.monotonic() + budget
+    return time.monotonic() + (client if 0 < client < config.deadline_s else config.deadline_s)

@@ -102,7 +102,9 @@ class ServerConfig:
 def _parse(name: str, raw: str, default: object) -> object:
     """One environment value, typed like the field's default."""
     if isinstance(default, bool):
-        return _bool(name, raw)
+        if raw.strip().lower() not in (*_TRUE, *_FALSE):
+            raise ValueError(f"{name} must be one of {'/'.join(_TRUE[1:])} or {'/'.join(_FALSE[2:])}, got {raw!r}")
+        return raw.strip().lower() in _TRUE
     if isinstance(default, tuple):
         return _names(raw)
     if isinstance(default, float):
@@ -124,11 +126,3 @@ def _number(name: str, raw: str, kind: type) -> int | float:
     if not value > 0:
         raise ValueError(f"{name} must be positive, got {raw!r}")
     return value
-
-
-def _bool(name: str, raw: str) -> bool:
-    if raw.strip().lower() in _TRUE:
-        return True
-    if raw.strip().lower() in _FALSE:
-        return False
-    raise ValueError(f"{name} must be one of {'/'.join(_TRUE[1:])} or {'/'.join(_FALSE[2:])}, got {raw!r}")

@@ -92,15 +92,9 @@ class Job:
         return (self.finished - self.started) if self.started and self.finished else 0.0
 
 
-class EngineObserver(Protocol):
-    def rejected(self, reason: str) -> None: ...
+class EngineObserver:
+    """Told of refusals, drops and batches (server.metrics.Metrics is one); this one ignores them."""
 
-    def dropped(self, job: Job, reason: str) -> None: ...
-
-    def batch(self, jobs: list[Job], seconds: float) -> None: ...
-
-
-class _Quiet:
     def rejected(self, reason: str) -> None:
         pass
 
@@ -129,7 +123,7 @@ class Engine:
         self.load_started = time.monotonic()
         self._load = load
         self._on_load_error = on_load_error
-        self.observer: EngineObserver = observer or _Quiet()
+        self.observer = observer or EngineObserver()
         self._queue: deque[Job] = deque()
         self.running = 0  # jobs in the batch being decided now
         self._cond = threading.Condition()
@@ -186,9 +180,7 @@ class Engine:
         """The job's decision (or its error, raised). A job still queued at its deadline, or whose
         client is gone, is taken off the queue and never runs."""
         while not job.done.wait(self._slice(job, poll)):
-            now = time.monotonic()
-            reason = "deadline" if now >= job.deadline else None if job.alive() else "client_gone"
-            if reason:
+            if reason := self._stale(job):
                 self._drop_if_queued(job, reason)
         if isinstance(job.outcome, BaseException):
             raise job.outcome
@@ -200,13 +192,11 @@ class Engine:
         left = job.deadline - time.monotonic()
         return poll if left <= 0 else min(poll, left)
 
-    def _drop_if_queued(self, job: Job, reason: str) -> bool:
+    def _drop_if_queued(self, job: Job, reason: str) -> None:
         with self._cond:
-            if job.state != "queued":
-                return False
-            self._queue.remove(job)
-            self._drop(job, reason)
-            return True
+            if job.state == "queued":
+                self._queue.remove(job)
+                self._drop(job, reason)
 
     def _drop(self, job: Job, reason: str) -> None:
         """Finish a job that never ran (caller holds the lock)."""

@@ -91,17 +91,7 @@ def problem_for(exc: BaseException, image_params: dict) -> Problem:
         return Problem(exc.status, exc.message, exc.code, category=exc.category)
     if isinstance(exc, UnknownModel):
         return Problem(400, str(exc), "model_not_found", "model")
-    if isinstance(exc, (Overloaded, Unavailable, Forbidden, HeadersTooLarge, BudgetExceeded)):
-        return _serving(exc)
-    if isinstance(exc, DecideError):
-        return _domain(exc, image_params)
-    if isinstance(exc, HTTPException):
-        return _http(exc)
-    return Problem(500, "the server failed to answer this request", category="internal")
-
-
-def _serving(exc: Exception) -> Problem:
-    """The problems the serving layer adds (admission, readiness, hardening, budgets)."""
+    # the serving layer's own: admission, readiness, hardening, budgets
     if isinstance(exc, Overloaded):
         return Problem(
             429, str(exc), "rate_limit_exceeded", category="rate_limit", headers=retry_headers(exc.retry_after)
@@ -112,7 +102,13 @@ def _serving(exc: Exception) -> Problem:
         return Problem(403, exc.message, exc.code, category="forbidden")
     if isinstance(exc, HeadersTooLarge):
         return Problem(431, str(exc), "request_header_fields_too_large", category="headers")
-    return Problem(400, str(exc), "token_budget_exceeded")
+    if isinstance(exc, BudgetExceeded):
+        return Problem(400, str(exc), "token_budget_exceeded")
+    if isinstance(exc, DecideError):
+        return _domain(exc, image_params)
+    if isinstance(exc, HTTPException):
+        return _http(exc)
+    return Problem(500, "the server failed to answer this request", category="internal")
 
 
 def _domain(exc: DecideError, image_params: dict) -> Problem:

@@ -115,20 +115,12 @@ def check_json(value: Any, max_depth: int) -> None:
         node, depth = stack.pop()
         if depth > max_depth:
             raise MalformedBody(f"the JSON body nests more than {max_depth} levels deep", loc=("body",))
-        if isinstance(node, dict):
-            for key, child in node.items():
-                _check_text(key)
-                _push(stack, child, depth)
-        else:
-            for child in node:
-                _push(stack, child, depth)
-
-
-def _push(stack: list, child: Any, depth: int) -> None:
-    if isinstance(child, (dict, list)):
-        stack.append((child, depth + 1))
-    else:
-        _check_text(child)
+        for key, child in node.items() if isinstance(node, dict) else enumerate(node):
+            _check_text(key)  # a list index is no text: ignored
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+            else:
+                _check_text(child)
 
 
 def _check_text(value: Any) -> None:

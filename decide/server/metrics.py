@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .engine import Engine, Job
+from .engine import Engine, EngineObserver, Job
 
 access_log = logging.getLogger("decide.access")
 
@@ -24,7 +24,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
-class Metrics:
+class Metrics(EngineObserver):
     """The app's metrics; also the engine's observer (batches, drops, refusals)."""
 
     def __init__(self) -> None:
@@ -53,10 +53,8 @@ class Metrics:
         )
         self.refusals = Counter("decide_rejected", "Requests refused at admission", ["reason"], registry=r)
         self.drops = Counter("decide_dropped", "Queued requests dropped before they ran", ["reason"], registry=r)
-        self._engine: Engine | None = None
 
     def watch(self, engine: Engine) -> None:
-        self._engine = engine
         self.registry.register(_EngineCollector(engine))
 
     def render(self) -> bytes:
@@ -84,12 +82,9 @@ class Metrics:
         for job in jobs:
             self.queue_wait.observe(job.queue_seconds)
             usage = getattr(job.outcome, "usage", None)
-            if usage is None:
-                continue
-            self.tokens.labels("input").inc(usage.input_tokens)
-            self.tokens.labels("computed").inc(usage.computed_tokens)
-            self.tokens.labels("cached").inc(usage.cached_tokens)
-            self.tokens.labels("cache_write").inc(usage.cache_write_tokens)
+            if usage is not None:
+                for kind in ("input", "computed", "cached", "cache_write"):
+                    self.tokens.labels(kind).inc(getattr(usage, f"{kind}_tokens"))
 
 
 class _EngineCollector(Collector):

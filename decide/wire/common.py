@@ -131,14 +131,10 @@ def loads_strict(data: bytes | str) -> Any:
     except json.JSONDecodeError as e:
         raise MalformedBody(f"the body is not valid JSON: {e.msg} (char {e.pos})", e.pos) from None
     except ValueError as e:  # parse_constant
-        raise MalformedBody(f"the body is not valid JSON: {e}", _constant_offset(text)) from None
+        hits = [i for i in (text.find("NaN"), text.find("Infinity")) if i >= 0]
+        raise MalformedBody(f"the body is not valid JSON: {e}", min(hits, default=0)) from None
     except RecursionError:
         raise MalformedBody("the body is not valid JSON: nested too deeply", 0) from None
-
-
-def _constant_offset(text: str) -> int:
-    hits = [i for i in (text.find("NaN"), text.find("Infinity")) if i >= 0]
-    return min(hits) if hits else 0
 
 
 def loads_object(data: bytes | str) -> dict:
@@ -306,11 +302,12 @@ def merge_texts(parts: Iterable[Part]) -> tuple[Part, ...]:
     return tuple(out)
 
 
-def check_distribution(probabilities: Sequence[float], where: str) -> None:
-    """The scorer's output must be a distribution; anything else is a server bug (500)."""
-    ok = all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0 for p in probabilities)
-    if not ok or abs(sum(probabilities) - 1.0) > 1e-5:
-        raise ValueError(f"the scorer returned an invalid distribution for {where}: {list(probabilities)}")
+def distribution(probabilities: Sequence[float], where: str) -> list[float]:
+    """The scorer's output as floats; anything but a distribution is a server bug (500)."""
+    p = [float(x) for x in probabilities]
+    if not all(0.0 <= x <= 1.0 for x in p) or abs(sum(p) - 1.0) > 1e-5:
+        raise ValueError(f"the scorer returned an invalid distribution for {where}: {p}")
+    return p
 
 
 # ---------------------------------------------------------------- GET /v1/models

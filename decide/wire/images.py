@@ -64,17 +64,12 @@ def decode_base64(text: str) -> bytes:
         raise ImageError("the image data is not valid base64") from None
 
 
-def image_from_data_url(url: str) -> Image:
-    m = _DATA_URL.fullmatch(url)
-    if m is None:
-        raise ImageError("a data URL must look like data:image/(png|jpeg|webp|gif);base64,<data>")
-    return image_from_bytes(decode_base64(m.group(3)))
-
-
 def image_from_url(url: str, fetch=None) -> Image:
     """A data URL, or an http(s) URL read with `fetch` when remote images are enabled."""
     if url[:5].lower() == "data:":
-        return image_from_data_url(url)
+        if (m := _DATA_URL.fullmatch(url)) is None:
+            raise ImageError("a data URL must look like data:image/(png|jpeg|webp|gif);base64,<data>")
+        return image_from_bytes(decode_base64(m.group(3)))
     if not url.lower().startswith(("http://", "https://")):
         raise ImageError(
             "image_url must be a base64 data URL or an http(s) URL (file ids are not supported)", "invalid_image_url"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 from typing import Any
 
 from .. import kinds
@@ -33,9 +33,9 @@ from . import images
 from .common import (
     JSONShapeError,
     Limits,
-    check_distribution,
     check_json_value,
     compact_json,
+    distribution,
     join_blocks,
     loads_object,
     merge_texts,
@@ -94,7 +94,7 @@ def _get(obj: dict, key: str, path: tuple, types: tuple, *, required: bool = Tru
 
 
 def _enum(
-    obj: dict, key: str, path: tuple, allowed: tuple, *, required: bool = False, nullable: bool = True
+    obj: dict, key: str, path: tuple, allowed: tuple, *, required: bool = True, nullable: bool = False
 ) -> str | None:
     value = _get(obj, key, path, (str,), required=required, nullable=nullable)
     if value is not None and value not in allowed:
@@ -106,9 +106,8 @@ _JSON_TYPES = {"string": str, "boolean": bool, "array": list, "object": dict, "n
 
 
 def _field(obj: dict, schema: dict, key: str, path: tuple, *, max_items: int | None = None) -> Any:
-    """obj[key] checked against the rule the OpenAPI document states for it in `schema` (an object
-    component): presence, type, then maxLength, enum or const, minItems and maxItems (`max_items`
-    may lower the last: a server cap). Absent, or null where the rule allows it, gives None."""
+    """obj[key] checked against the rule that `schema` (an object component of the OpenAPI document)
+    states for it; `max_items` may lower its maxItems (a server cap). Absent, or null where allowed, gives None."""
     _, rules, types, nullable, required = _compiled(schema, key)
     value = _get(obj, key, path, types, required=required, nullable=nullable)
     if value is None:
@@ -186,26 +185,20 @@ class _Parser:
         input_parts = self.input(body)
         raw_questions = _field(body, REQUEST, "questions", (), max_items=self.limits.max_questions)
         questions = [self.question(q, ("questions", i)) for i, q in enumerate(raw_questions)]
-        self.cache_fields(body)
-        names = tuple(name for _, name in questions)
-        request = _build(lambda: DecisionRequest(input_parts, tuple(q for q, _ in questions)))
-        params = {path: self.image_paths[id(img)] for path, img in request.images}
-        return Parsed(request, names, model, params)
-
-    def cache_fields(self, body: dict) -> None:
         _field(body, REQUEST, "prompt_cache_key", ())
         _field(body, REQUEST, "safety_identifier", ())
-        options = _field(body, REQUEST, "prompt_cache_options", ())
-        if options is not None:
+        if (options := _field(body, REQUEST, "prompt_cache_options", ())) is not None:
             _field(options, _CACHE_OPTIONS, "mode", ("prompt_cache_options",))
             _field(options, _CACHE_OPTIONS, "ttl", ("prompt_cache_options",))
+        request = _build(lambda: DecisionRequest(input_parts, tuple(q for q, _ in questions)))
+        params = {path: self.image_paths[id(img)] for path, img in request.images}
+        return Parsed(request, tuple(name for _, name in questions), model, params)
 
     def input(self, body: dict) -> tuple[Part, ...]:
         items = _field(body, REQUEST, "input", ())
         if isinstance(items, str):
             return (Text(items),)
-        blocks = [self.item(item, ("input", i)) for i, item in enumerate(items)]
-        return join_blocks(blocks)
+        return join_blocks([self.item(item, ("input", i)) for i, item in enumerate(items)])
 
     # -- input items
     def item(self, item: Any, path: tuple) -> list[Part]:
@@ -218,7 +211,7 @@ class _Parser:
         return self.call_output(item, path, kind)
 
     def message(self, item: dict, path: tuple) -> list[Part]:
-        role = _enum(item, "role", path, tuple(MESSAGES), required=True, nullable=False)
+        role = _enum(item, "role", path, tuple(MESSAGES))
         if role == "assistant":
             _field(item, COMPONENTS["AssistantMessage"], "phase", path)
         parts = _field(item, COMPONENTS[MESSAGES[role]], "content", path)
@@ -236,9 +229,7 @@ class _Parser:
         last = None
         for j, p in enumerate(parts):
             p = _object(p, (*path, j))
-            kind = _enum(
-                p, "type", (*path, j), _part_types("AssistantMessage", "content"), required=True, nullable=False
-            )
+            kind = _enum(p, "type", (*path, j), _part_types("AssistantMessage", "content"))
             if kind == "output_text":
                 text = _field(p, COMPONENTS["OutputText"], "text", (*path, j))
                 if last == "output_text":
@@ -283,19 +274,16 @@ class _Parser:
     # -- content parts
     def part(self, part: Any, path: tuple, allowed: tuple, *, breakpoints: bool = True) -> Part:
         part = _object(part, path)
-        kind = _enum(part, "type", path, allowed, required=True, nullable=False)
+        kind = _enum(part, "type", path, allowed)
         if breakpoints and kind in ("input_text", "input_image"):
-            self.breakpoint(part, path)
+            bp = _field(part, COMPONENTS["InputText"], "prompt_cache_breakpoint", path)
+            if bp is not None:
+                _field(bp, _BREAKPOINT, "mode", (*path, "prompt_cache_breakpoint"))
         if kind == "input_text":
             return Text(_field(part, COMPONENTS["InputText"], "text", path))
         if kind == "input_json":
             return Text(json_text(part, path))
         return self.image(part, path)
-
-    def breakpoint(self, part: dict, path: tuple) -> None:
-        bp = _field(part, COMPONENTS["InputText"], "prompt_cache_breakpoint", path)
-        if bp is not None:
-            _field(bp, _BREAKPOINT, "mode", (*path, "prompt_cache_breakpoint"))
 
     def image(self, part: dict, path: tuple) -> Image:
         url = _field(part, COMPONENTS["InputImage"], "image_url", path)
@@ -314,7 +302,7 @@ class _Parser:
     def question(self, raw: Any, path: tuple) -> tuple[Question, str | None]:
         q = _object(raw, path)
         known = kinds.on_wire("openai")
-        spec = known[_enum(q, "type", path, tuple(known), required=True, nullable=False)]
+        spec = known[_enum(q, "type", path, tuple(known))]
         name = _field(q, _QUESTION, "name", path)
         instructions, attachments = self.instructions(q, path)
         options = kinds.by_form(FORMS, spec).read(q, path)
@@ -332,39 +320,25 @@ class _Parser:
         return text, attachments
 
 
-def _yes_no(q: dict, path: tuple) -> tuple[Option, ...]:
-    return (Option(False, DEFAULT_FALSE), Option(True, DEFAULT_TRUE))
-
-
-def _choices(q: dict, path: tuple) -> tuple[Option, ...]:
-    raw = _field(q, FORMS[Choice].question, "choices", path)
+def _listed(form: type[QuestionKind], item: dict, key: str, q: dict, path: tuple) -> tuple[Option, ...]:
+    """The options a Choice or Score question lists: objects of schema `item`, each a `key` and a description."""
+    field = FORMS[form].field
     seen: set[tuple[type, Any]] = set()
     options = []
-    for j, c in enumerate(raw):
-        where = (*path, "choices", j)
-        c = _object(c, where)
-        value = _field(c, _CHOICE, "value", where)
+    for j, raw in enumerate(_field(q, FORMS[form].question, field, path)):
+        where = (*path, field, j)
+        raw = _object(raw, where)
+        value = _field(raw, item, key, where)
         if isinstance(value, str) and len(value) > MAX_TEXT:
             raise _fail(
                 "string_above_max_length",
-                (*where, "value"),
+                (*where, key),
                 f"string too long. Expected at most {MAX_TEXT} characters.",
             )
-        if (type(value), value) in seen:
-            raise _fail("invalid_value", (*where, "value"), f"duplicate choice value {value!r}.")
+        if form.distinct and (type(value), value) in seen:
+            raise _fail("invalid_value", (*where, key), f"duplicate choice value {value!r}.")
         seen.add((type(value), value))
-        options.append(Option(value, _field(c, _CHOICE, "description", where)))
-    return tuple(options)
-
-
-def _levels(q: dict, path: tuple) -> tuple[Option, ...]:
-    raw = _field(q, FORMS[Score].question, "levels", path)
-    options = []
-    for j, level in enumerate(raw):
-        where = (*path, "levels", j)
-        level = _object(level, where)
-        label = _field(level, _LEVEL, "label", where)
-        options.append(Option(label, _field(level, _LEVEL, "description", where)))
+        options.append(Option(value, _field(raw, item, "description", where)))
     return tuple(options)
 
 
@@ -405,18 +379,24 @@ def parse(body: Any, *, limits: Limits | None = None) -> Parsed:
 def render(decision: Decision, parsed: Parsed) -> dict:
     """The 200 body: answers in question order, usage as integers."""
     answers = [_answer(a, name, i) for i, (a, name) in enumerate(zip(decision.answers, parsed.names, strict=True))]
-    return {"model": decision.model, "answers": answers, "usage": _usage(decision)}
+    u = decision.usage
+    usage = {
+        "input_tokens": int(u.input_tokens),
+        "input_tokens_details": {
+            "cached_tokens": int(u.cached_tokens),
+            "cache_write_tokens": int(u.cache_write_tokens),
+        },
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": int(u.input_tokens),
+    }
+    return {"model": decision.model, "answers": answers, "usage": usage}
 
 
 def _answer(answer: Answer, name: str | None, index: int) -> dict:
-    p = [float(x) for x in answer.probabilities]
-    check_distribution(p, f"questions[{index}]")
+    p = distribution(answer.probabilities, f"questions[{index}]")
     spec = answer.question.spec
     return {"type": spec.wire["openai"], "name": name, **kinds.by_form(FORMS, spec).render(answer, p)}
-
-
-def _predicate_answer(answer: Answer, p: list[float]) -> dict:
-    return {"probability": answer.question.spec.probability(p)}
 
 
 def _choice_answer(answer: Answer, p: list[float]) -> dict:
@@ -465,10 +445,16 @@ _CHOICE = obj(["value"], value=_VALUE, description=nullable(text()))
 _LEVEL = obj(["label"], label=text(), description=nullable(text()))
 _SCORE_ROW = obj(["value", "label", "probability"], value=COUNT, label={"type": "string"}, probability=PROBABILITY)
 FORMS: dict[type[QuestionKind], Form] = {
-    Predicate: Form("choices", _yes_no, _predicate_answer, {}, {"probability": PROBABILITY}),
+    Predicate: Form(
+        "choices",
+        lambda q, path: (Option(False, DEFAULT_FALSE), Option(True, DEFAULT_TRUE)),
+        lambda answer, p: {"probability": answer.question.spec.probability(p)},
+        {},
+        {"probability": PROBABILITY},
+    ),
     Choice: Form(
         "choices",
-        _choices,
+        partial(_listed, Choice, _CHOICE, "value"),
         _choice_answer,
         _options("choices", _CHOICE),
         {
@@ -482,7 +468,7 @@ FORMS: dict[type[QuestionKind], Form] = {
     ),
     Score: Form(
         "levels",
-        _levels,
+        partial(_listed, Score, _LEVEL, "label"),
         _score_answer,
         _options("levels", _LEVEL),
         {
@@ -492,21 +478,6 @@ FORMS: dict[type[QuestionKind], Form] = {
         },
     ),
 }
-
-
-def _usage(decision: Decision) -> dict:
-    u = decision.usage
-    total = int(u.input_tokens)
-    return {
-        "input_tokens": total,
-        "input_tokens_details": {
-            "cached_tokens": int(u.cached_tokens),
-            "cache_write_tokens": int(u.cache_write_tokens),
-        },
-        "output_tokens": 0,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": total,
-    }
 
 
 def check_caps(parsed: Parsed, max_options: int, max_images: int) -> None:

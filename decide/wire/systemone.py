@@ -8,6 +8,7 @@ Question ids and choice names are keys: they are never scanned for assets nor re
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,9 +27,9 @@ from .common import (
     Limits,
     MalformedBody,
     UnsupportedMediaType,
-    check_distribution,
     check_json_value,
     compact_json,
+    distribution,
     is_multipart,
     loads_strict,
     merge_texts,
@@ -40,6 +41,7 @@ from .schema import COUNT, PROBABILITY, const, json_content, obj, ref
 UNSERVED_TYPES = ("box",)  # valid System One question types this text-scoring server refuses (400)
 ASSET_FORMATS = ("png", "jpg", "jpeg")
 
+_TYPE_ERRORS = {str: "string_type", dict: "dict_type", list: "list_type"}
 MESSAGES = {
     "missing": "Field required",
     "string_type": "Input should be a valid string",
@@ -117,6 +119,9 @@ class _Validator:
     def error(self, loc: Sequence, type: str, msg: str | None = None, ctx: dict | None = None) -> None:
         self.errors.append(entry(loc, type, msg, ctx))
 
+    def invalid(self, loc: Sequence, message: str) -> None:
+        self.error(loc, "value_error", f"Value error, {message}")
+
     def text(self, value: Any, loc: Sequence, *, nullable: bool = True) -> bool:
         """A "text": string, object or array (depth ≤ 64, finite numbers); None only when nullable."""
         if value is None and nullable or isinstance(value, str):
@@ -126,7 +131,7 @@ class _Validator:
                 check_json_value(value, SYSTEMONE_MAX_DEPTH)
                 return True
             except JSONShapeError as e:
-                self.error([*loc, *e.path], "value_error", f"Value error, {e.message}")
+                self.invalid([*loc, *e.path], e.message)
                 return False
         self.error(loc, "string_type")
         return False
@@ -134,10 +139,7 @@ class _Validator:
     def body(self, body: Any) -> None:
         if not isinstance(body, dict):
             raise ValidationFailed([entry([], "dict_type")])
-        if "model" not in body:
-            self.error(["model"], "missing")
-        elif not isinstance(body["model"], str):
-            self.error(["model"], "string_type")
+        self.field(body, "model", ["model"], str)
         if "state" not in body:
             self.error(["state"], "missing")
         else:
@@ -145,29 +147,21 @@ class _Validator:
         self.questions(body)
         self.asset_map(body.get("assets"))
 
+    def field(self, obj: dict, key: str, loc: list, kind: type) -> bool:
+        """Records a missing `key` or a value that is not a `kind`; True when obj[key] is one."""
+        if key not in obj:
+            self.error(loc, "missing")
+        elif not isinstance(obj[key], kind):
+            self.error(loc, _TYPE_ERRORS[kind])
+        return isinstance(obj.get(key), kind)
+
     def questions(self, body: dict) -> None:
-        if "questions" not in body:
-            return self.error(["questions"], "missing")
+        if not self.field(body, "questions", ["questions"], dict):
+            return
         qs = body["questions"]
-        if not isinstance(qs, dict):
-            return self.error(["questions"], "dict_type")
-        if not qs:
-            return self.error(
-                ["questions"],
-                "too_short",
-                "Dictionary should have at least 1 item after validation, not 0",
-                {"min_length": 1},
-            )
-        cap = self.limits.max_questions
-        if len(qs) > cap:
-            return self.error(
-                ["questions"],
-                "too_long",
-                f"Dictionary should have at most {cap} items after validation, not {len(qs)}",
-                {"max_length": cap},
-            )
-        for qid, q in qs.items():
-            self.question(qid, q)
+        if self.count(len(qs), 1, self.limits.max_questions, ["questions"], "Dictionary"):
+            for qid, q in qs.items():
+                self.question(qid, q)
 
     def question(self, qid: str, q: Any) -> None:
         at = ["questions", qid]
@@ -203,21 +197,29 @@ class _Validator:
     def criteria(self, q: dict, loc: list) -> None:
         """Criteria as the kind form's schema states them: an object of named texts or a list of texts."""
         schema = kinds.by_form(FORMS, kinds.on_wire("systemone")[q["type"]]).criteria
-        if "criteria" not in q:
-            return self.error(loc, "missing")
-        criteria = q["criteria"]
         if schema["type"] == "object":
             kind, what, lo, hi, item = dict, "Dictionary", "minProperties", "maxProperties", "additionalProperties"
         else:
             kind, what, lo, hi, item = list, "List", "minItems", "maxItems", "items"
-        if not isinstance(criteria, kind):
-            return self.error(loc, "dict_type" if kind is dict else "list_type")
+        if not self.field(q, "criteria", loc, kind):
+            return
+        criteria = q["criteria"]
         if self.count(len(criteria), schema[lo], schema[hi], loc, what):
             nullable = "null" in schema[item]["type"]
             for key, value in criteria.items() if kind is dict else enumerate(criteria):
                 self.text(value, [*loc, key], nullable=nullable)
 
-    def count(self, n: int, lo: int, hi: int, loc: list, what: str) -> bool:
+    def references(self, body: dict) -> None:
+        """Every asset is referenced in the (valid) body's state or questions."""
+        scanner = _Placeholders(self.assets)
+        found = set(scanner.find(body["state"], []))
+        for q in body["questions"].values():
+            found.update(scanner.find(_question_values(q), []))
+        for k in self.assets:
+            if k not in found:
+                self.invalid(["assets"], f"asset {k!r} is not referenced in state, instructions or criteria")
+
+    def count(self, n: int, lo: int, hi: float, loc: list, what: str) -> bool:
         if n < lo:
             self.error(
                 loc, "too_short", f"{what} should have at least {lo} item after validation, not {n}", {"min_length": lo}
@@ -232,44 +234,29 @@ class _Validator:
     def asset_map(self, assets: Any) -> None:
         if assets is None:
             if self.parts:
-                self.error(
-                    ["assets"],
-                    "value_error",
-                    "Value error, the multipart body has image parts but no assets claim them",
-                )
+                self.invalid(["assets"], "the multipart body has image parts but no assets claim them")
             return
         if not isinstance(assets, dict):
             return self.error(["assets"], "dict_type")
-        if not assets:
-            return self.error(
-                ["assets"],
-                "too_short",
-                "Dictionary should have at least 1 item after validation, not 0",
-                {"min_length": 1},
-            )
+        if not self.count(len(assets), 1, math.inf, ["assets"], "Dictionary"):
+            return
         claimed: dict[str, str] = {}
         for key, value in assets.items():
             self.asset(key, value, claimed)
         unclaimed = [name for name in (self.parts or {}) if name not in claimed]
         if unclaimed:
-            self.error(
-                ["assets"], "value_error", f"Value error, multipart part {unclaimed[0]!r} is not claimed by any asset"
-            )
+            self.invalid(["assets"], f"multipart part {unclaimed[0]!r} is not claimed by any asset")
 
     def asset(self, key: str, value: Any, claimed: dict[str, str]) -> None:
         loc = ["assets", key]
         if not key.strip() or len(key.encode("utf-8")) > MAX_PLACEHOLDER_BYTES:
-            return self.error(
-                loc,
-                "value_error",
-                f"Value error, an asset key must be non-blank and at most {MAX_PLACEHOLDER_BYTES} bytes",
-            )
+            return self.invalid(loc, f"an asset key must be non-blank and at most {MAX_PLACEHOLDER_BYTES} bytes")
         if not isinstance(value, dict):
             return self.error(loc, "dict_type")
         if value.get("type") not in (None, "image"):
-            return self.error([*loc, "type"], "value_error", "Value error, the only asset type is 'image'")
+            return self.invalid([*loc, "type"], "the only asset type is 'image'")
         if value.get("format") is not None and value["format"] not in ASSET_FORMATS:
-            return self.error([*loc, "format"], "value_error", "Value error, format should be 'png', 'jpg' or 'jpeg'")
+            return self.invalid([*loc, "format"], "format should be 'png', 'jpg' or 'jpeg'")
         data = self.part_bytes(value, loc, claimed) if value.get("part") is not None else self.base64_bytes(value, loc)
         if data is None:
             return
@@ -277,20 +264,16 @@ class _Validator:
             self.assets[key] = images.image_from_bytes(data)
         except images.ImageError as e:
             where = "part" if value.get("part") is not None else "data_base64"
-            self.error([*loc, where], "value_error", f"Value error, {e.message}")
+            self.invalid([*loc, where], e.message)
 
     def part_bytes(self, value: dict, loc: list, claimed: dict[str, str]) -> bytes | None:
         name = value["part"]
         if not isinstance(name, str):
             return self.error([*loc, "part"], "string_type")
         if self.parts is None or name not in self.parts:
-            return self.error([*loc, "part"], "value_error", f"Value error, there is no multipart part named {name!r}")
+            return self.invalid([*loc, "part"], f"there is no multipart part named {name!r}")
         if name in claimed:
-            return self.error(
-                [*loc, "part"],
-                "value_error",
-                f"Value error, part {name!r} is already claimed by asset {claimed[name]!r}",
-            )
+            return self.invalid([*loc, "part"], f"part {name!r} is already claimed by asset {claimed[name]!r}")
         claimed[name] = loc[-1]
         return self.parts[name]
 
@@ -308,7 +291,7 @@ class _Validator:
         try:
             return images.decode_base64(value["data_base64"])
         except images.ImageError as e:
-            return self.error([*loc, "data_base64"], "value_error", f"Value error, {e.message}")
+            return self.invalid([*loc, "data_base64"], e.message)
 
 
 # ---------------------------------------------------------------- placeholders
@@ -327,19 +310,14 @@ class _Placeholders:
             return found
         if isinstance(value, str):
             found.extend(m.group(0) for m in self.pattern.finditer(value))
-        elif isinstance(value, dict):
-            for v in value.values():
-                self.find(v, found)
-        elif isinstance(value, list):
-            for v in value:
+        elif isinstance(value, (dict, list)):
+            for v in value.values() if isinstance(value, dict) else value:
                 self.find(v, found)
         return found
 
 
-def _question_values(q: Any) -> list:
-    """The scanned values of a raw question: instructions, then criteria values (never keys)."""
-    if not isinstance(q, dict):
-        return []
+def _question_values(q: dict) -> list:
+    """The scanned values of a valid question: instructions, then criteria values (never keys)."""
     criteria = q.get("criteria")
     spec = kinds.on_wire("systemone").get(q.get("type"))
     if isinstance(criteria, dict) and isinstance(spec, Predicate):
@@ -351,31 +329,12 @@ def _question_values(q: Any) -> list:
     return [q.get("instructions"), *values]
 
 
-def _check_references(body: dict, assets: Mapping[str, Image], scanner: _Placeholders) -> list[dict]:
-    found = set(scanner.find(body.get("state"), []))
-    questions = body.get("questions") if isinstance(body.get("questions"), dict) else {}
-    for q in questions.values():
-        found.update(scanner.find(_question_values(q), []))
-    unused = [k for k in assets if k not in found]
-    return [
-        entry(
-            ["assets"], "value_error", f"Value error, asset {k!r} is not referenced in state, instructions or criteria"
-        )
-        for k in unused
-    ]
-
-
 # ---------------------------------------------------------------- building
 
 
 def as_text(value: Any) -> str:
     """A "text" as the model sees it: strings as they are, objects and arrays as compact JSON."""
     return value if isinstance(value, str) else compact_json(value)
-
-
-def _attachments(placeholders: list[str], assets: Mapping[str, Image]) -> list[Part]:
-    unique = list(dict.fromkeys(placeholders))
-    return [x for ph in unique for x in (Text(f"Image reference: {ph}"), assets[ph])]
 
 
 def _side(criteria: dict, side: str, default: str) -> str | None:
@@ -388,7 +347,8 @@ def _side(criteria: dict, side: str, default: str) -> str | None:
 def _question(q: dict, assets: Mapping[str, Image], scanner: _Placeholders) -> tuple[Question, tuple | None]:
     spec = kinds.on_wire("systemone")[q["type"]]
     instructions = "" if q.get("instructions") is None else as_text(q["instructions"])
-    attachments = tuple(_attachments(scanner.find(_question_values(q), []), assets))
+    found = dict.fromkeys(scanner.find(_question_values(q), []))
+    attachments = tuple(x for ph in found for x in (Text(f"Image reference: {ph}"), assets[ph]))
     options, legend = kinds.by_form(FORMS, spec).build(q)
     return Question(spec.name, instructions, options, attachments), legend
 
@@ -422,7 +382,7 @@ def parse(body: Any, *, parts: Mapping[str, bytes] | None = None, limits: Limits
     v = _Validator(parts, limits or Limits())
     v.body(body)
     if not v.errors and v.assets:
-        v.errors += _check_references(body, v.assets, _Placeholders(v.assets))
+        v.references(body)
     if v.errors:
         raise ValidationFailed(v.errors)
     unserved = [(qid, q["type"]) for qid, q in body["questions"].items() if q["type"] in UNSERVED_TYPES]
@@ -451,8 +411,7 @@ def render(decision: Decision, parsed: Parsed) -> dict:
 
 
 def _answer(answer: Answer, legend: tuple | None, qid: str) -> dict:
-    p = [float(x) for x in answer.probabilities]
-    check_distribution(p, f"question {qid!r}")
+    p = distribution(answer.probabilities, f"question {qid!r}")
     spec = answer.question.spec
     return {"type": spec.wire["systemone"], **kinds.by_form(FORMS, spec).render(answer, p, legend)}
 
