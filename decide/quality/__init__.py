@@ -1,4 +1,4 @@
-"""Right answers: labelled data, metrics, training-free calibration and fitted readouts (issue 12).
+"""Right answers: labelled data, metrics, training-free calibration and fitted readouts.
 
 - `data`: labelled JSONL (System One questions + labels) into requests and label indices;
 - `metrics`: accuracy, macro-F1, Brier, log loss, ECE, confusion matrix;

@@ -1,6 +1,6 @@
 """The embedded default model (Qwen2.5-Coder-1.5B) on obvious questions, end to end, with the specified prompt.
 
-What the method really does (issue 5): clear choices come out right, scores order sensibly, and yes/no
+What the method really does: clear choices come out right, scores order sensibly, and yes/no
 questions lean towards `true`: an obvious "no" still gets p(true) > 0.5, though less than an obvious "yes".
 """
 
@@ -98,7 +98,7 @@ def test_yes_no_ranks_the_obvious_yes_above_the_obvious_no(p_true):
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="issue 5: with the specified prompt the 1.5B model leans towards true on yes/no questions; "
+    reason="with the specified prompt the 1.5B model leans towards true on yes/no questions; "
     "remove this marker when a measured calibration or prompt option fixes it",
 )
 def test_an_obvious_no_gets_p_true_below_one_half(p_true):

@@ -1,5 +1,5 @@
 """Exact scoring on a real model (SmolLM2-135M): the fast paths against the reference, and the edge cases
-of what is scored (design.md §2). SmolLM2 answers at chance, so these tests check exactness, not sense."""
+of what is scored (the specified prompt). SmolLM2 answers at chance, so these tests check exactness, not sense."""
 
 from __future__ import annotations
 

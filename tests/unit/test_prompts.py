@@ -1,4 +1,5 @@
-"""The prompt and candidate texts of design.md §2 / contract §1.9, exactly."""
+"""The specified prompt and candidate texts (the chat template, the answer headers, each candidate as JSON
+plus end of turn), exactly."""
 
 import jinja2
 import pytest
