@@ -127,7 +127,7 @@ def test_a_profile_of_another_model_is_refused_by_the_cli(root, env, profile):
 
 def test_an_unknown_mode_says_which_exist(root, env):
     result = decide(env, "eval", str(root / "data.jsonl"), "--compare", "none,magic")
-    assert result.returncode == 2 and "none, contextual, pmi" in result.stderr
+    assert result.returncode == 2 and "none, temperature, contextual, pmi" in result.stderr
 
 
 @pytest.mark.parametrize("calibration", ["none", "contextual"])
