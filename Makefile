@@ -31,6 +31,7 @@ test-fast: install
 bench: install
 	$(VENV)/bin/pytest -q bench --benchmark-only -p no:cacheprovider
 	$(PY) -m bench.summary
+	$(PY) -m bench.overhead
 	$(PY) -m bench.concurrency
 
 # Labelled JSONL of the shared sets (every wording; seeded dev carve) into build/eval, for decide eval / fit.

@@ -65,7 +65,7 @@ class ServerConfig:
     prefix_cache_bytes: int | None = None
     # [DECIDE_MLX_CACHE_BYTES] cap on MLX's buffer cache, so memory stays flat under varied requests.
     mlx_cache_bytes: int = 256 << 20
-    # [DECIDE_TUNE_MALLOC] two malloc arenas and mmapped large blocks (glibc), so RSS does not creep.
+    # [DECIDE_TUNE_MALLOC] two malloc arenas (glibc), so RSS does not creep with the number of threads.
     tune_malloc: bool = True
     # [DECIDE_BACKGROUND_LOAD] load the model in the engine thread; /health says "loading" until it is ready.
     background_load: bool = True
