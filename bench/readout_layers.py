@@ -16,7 +16,6 @@ import argparse
 import sys
 
 import numpy as np
-from mlx_lm.models.cache import KVCache
 from tqdm import tqdm
 
 from decide.core import Decider
@@ -43,6 +42,8 @@ class Tap:
 
 def residuals(decider: Decider, path: str, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
     """hidden[n, layers, D] (each layer's output at the answer position; the last one normed) and labels[n]."""
+    from mlx_lm.models.cache import KVCache  # after decide.runtime, which loads the BLAS MLX links
+
     inner, parts = decider.loaded.model.model, decider.parts
     examples = [ex for ex in load(path)[:limit] if ex.labels[0] is not None]
     states, labels, kept = [], [], []
