@@ -7,7 +7,7 @@ you started, on the same model), turn about: the standard ticket's three questio
 among 40 described options, each round on a new ticket (a case number in its first line, so no two
 requests share more than the chat template), then `--clients` threads sending new tickets for
 `--seconds` to each server in turn. Prints medians, throughput and decide's ratio to the peer.
-Only 200s count; the machine should be otherwise idle.
+Any answer but a 200 stops the run; the machine should be otherwise idle.
 """
 
 from __future__ import annotations
@@ -25,10 +25,16 @@ from . import config
 from .cases import SYSTEMONE_QUESTIONS, TICKET, choice40
 from .concurrency import ServerProcess
 
-AREAS = {o.value: o.description for o in choice40().questions[0].options}
+AREA = choice40().questions[0]
 REQUESTS = {
     "ticket, 3 questions": SYSTEMONE_QUESTIONS,
-    "40 options": {"area": {"type": "choice", "instructions": choice40().questions[0].instructions, "criteria": AREAS}},
+    "40 options": {
+        "area": {
+            "type": "choice",
+            "instructions": AREA.instructions,
+            "criteria": {o.value: o.description for o in AREA.options},
+        }
+    },
 }
 
 
