@@ -1,80 +1,73 @@
-"""Which layer's hidden state at the answer position makes the best fitted readout?
+"""Fitted readouts, layer by layer: which layer's hidden state answers best, and what `decide fit` picks.
 
-For each labelled example, runs the question's prompt once through the model (causally, on the
-engine's kernels) and keeps every layer's output at the last prompt token. Then, per layer, fits the
-readout `decide fit` uses (standardized features, multinomial logistic regression, L2 chosen by
-cross-validation on the training examples) and prints its accuracy on the dev examples; last, the readout
-of two layers side by side (two thirds deep, and the final one). One forward per example, so every
-layer is measured in one run.
+Scores the training and the dev examples once through the engine (kept in build/scores, keyed by
+file, count, model and kernel backend, so a rerun only refits), fits on the training examples and
+prints, on the dev examples: the model as is (`none`), the fitted bias alone, a readout restricted to
+each readout layer the engine keeps (its L2 chosen by cross-validation, as `decide fit` does), and
+`decide fit`'s own choice (layer, L2, and readout or bias, all by cross-validation). The row
+"layer N (last)" is what `decide fit` did before it had the middle layers. Also the scoring and
+fitting times.
 
-    python -m bench.readout_layers build/eval/trec-w0-train.jsonl build/eval/trec-w0-dev.jsonl --limit 400
+    python -m bench.readout_layers build/eval/trec-w0-train.jsonl build/eval/trec-w0-dev.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import pickle
+import time
+from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
+from decide.answers import softmax
 from decide.core import Decider
 from decide.quality.data import load
-from decide.quality.fitting import L2_GRID, cross_validated, fit_logistic, log_softmax
-from decide.runtime import mx
-from decide.scoring.adapter.forest_pass import CausalCache, causal_forward
+from decide.quality.evaluate import Scored, score
+from decide.quality.fit import fit_question, fit_readout, layer_states
+from decide.quality.fitting import Bias, model_log_probs
+from decide.quality.metrics import Scores
+
+SCORES = Path("build/scores")
 
 
-class Tap:
-    """A decoder layer that also keeps its output at the last token."""
-
-    def __init__(self, layer, kept: list) -> None:
-        self.layer, self.kept = layer, kept
-
-    def __getattr__(self, name: str):  # model code reads attributes of its layers
-        return getattr(self.layer, name)
-
-    def __call__(self, x, mask=None, cache=None):
-        out = self.layer(x, mask, cache)
-        self.kept.append(out[0, -1])
-        return out
+def scored(decider: Decider, path: str, limit: int | None) -> tuple[list[Scored], float]:
+    """The file's scored groups and the seconds scoring took, from build/scores when this run was made before."""
+    key = f"{Path(path).stem}-{limit or 'all'}-{decider.model_id}-{decider.parts.backend.name}.pkl"
+    cached = SCORES / key
+    if cached.exists():
+        return pickle.loads(cached.read_bytes())
+    start = time.perf_counter()
+    result = score(decider, load(path)[:limit]), time.perf_counter() - start
+    SCORES.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(pickle.dumps(result))
+    return result
 
 
-def residuals(decider: Decider, path: str, limit: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """hidden[n, layers, D] (each layer's output at the answer position; the last one normed) and labels[n]."""
-    from mlx_lm.models.cache import KVCache  # after decide.runtime, which loads the BLAS MLX links
-
-    inner, parts = decider.loaded.model.model, decider.parts
-    examples = [ex for ex in load(path)[:limit] if ex.labels[0] is not None]
-    states, labels, kept = [], [], []
-    layers = list(inner.layers)
-    inner.layers[:] = [Tap(layer, kept) for layer in layers]
-    try:
-        for ex in tqdm(examples, desc=path, unit="example", file=sys.stderr):
-            kept.clear()
-            caches = [CausalCache(KVCache(), parts.backend) for _ in layers]
-            final = causal_forward(parts.body, caches, decider.prompts.tokenize(ex.request)[0].prompt)[0, -1]
-            states.append(np.asarray(mx.stack([*kept[:-1], final]).astype(mx.float32)))
-            labels.append(ex.labels[0])
-    finally:
-        inner.layers[:] = layers
-    return np.stack(states).astype(np.float64), np.asarray(labels)
+def row(name: str, p: np.ndarray, y: np.ndarray, note: str = "") -> str:
+    s = Scores.of(p, y)
+    return f"  {name:<22} {s.accuracy:8.3f} {s.macro_f1:8.3f} {s.ece:6.3f} {s.log_loss:8.3f}  {note}"
 
 
-def readout_accuracy(train: np.ndarray, y: np.ndarray, dev: np.ndarray, y_dev: np.ndarray, k: int) -> float:
-    mean, std = train.mean(axis=0), train.std(axis=0) + 1e-6
-    x, x_dev = (train - mean) / std, (dev - mean) / std
-
-    def cv(l2):
-        def run(tr, held):
-            w, b = fit_logistic(x[tr], y[tr], k, l2)
-            return np.exp(log_softmax(x[held] @ w + b)), y[held]
-
-        return run
-
-    best = min(L2_GRID, key=lambda l2: cross_validated(cv(l2), len(y)))
-    w, b = fit_logistic(x, y, k, best)
-    return float(np.mean((x_dev @ w + b).argmax(axis=1) == y_dev))
+def compare(train: Scored, dev: Scored, n_layers: int) -> None:
+    lp, y = model_log_probs(np.stack(train.log_likelihoods)), train.y
+    dev_lp, y_dev = model_log_probs(np.stack(dev.log_likelihoods)), dev.y
+    print(f"{train.name}: {len(y)} training, {len(y_dev)} dev examples, {len(train.question.options)} options")
+    print(f"  {'dev':<22} {'accuracy':>8} {'macro-F1':>8} {'ECE':>6} {'log loss':>8}")
+    print(row("none", np.stack([softmax(ll) for ll in dev.log_likelihoods]), y_dev))
+    print(row("bias", Bias.fit(lp, y).probabilities(dev_lp), y_dev))
+    states, dev_states = layer_states(train), layer_states(dev)
+    for layer in states:
+        readout, loss = fit_readout({layer: states[layer]}, lp, y)
+        p = readout.probabilities(dev_states[layer], dev_lp)
+        name = f"layer {layer}" + (" (last)" if layer == n_layers else "")
+        print(row(name, p, y_dev, f"cv log loss {loss:.3f}, L2 {readout.l2:g}"))
+    start = time.perf_counter()
+    entry = fit_question(train)
+    seconds = time.perf_counter() - start
+    p = np.stack([entry.probabilities(ll, h) for ll, h in zip(dev.log_likelihoods, dev.hidden)])
+    chosen = f"{entry.method}" + (f", layer {entry.readout.layer}" if entry.method == "readout" else "")
+    print(row("decide fit", p, y_dev, f"chose {chosen}; fit {seconds:.1f} s"))
 
 
 def main() -> None:
@@ -86,23 +79,17 @@ def main() -> None:
     ap.add_argument("--dev-limit", type=int, default=None)
     args = ap.parse_args()
     decider = Decider.load(args.model)
-    k = len(load(args.train)[0].request.questions[0].options)
-    train, y = residuals(decider, args.train, args.limit)
-    dev, y_dev = residuals(decider, args.dev, args.dev_limit)
-    n_layers = train.shape[1]
-    print(f"{decider.model_id}: {len(y)} training, {len(y_dev)} dev examples, {k} options, {n_layers} layers")
-    print(f"{'layer':>5} {'dev accuracy':>12}")
-    for layer in range(n_layers):
-        acc = readout_accuracy(train[:, layer], y, dev[:, layer], y_dev, k)
-        print(
-            f"{layer + 1:>5} {acc:12.3f}"
-            + ("  (final, normed: what decide fit reads)" if layer == n_layers - 1 else "")
-        )
-    mid = round(2 * n_layers / 3) - 1
-    both = readout_accuracy(
-        train[:, [mid, -1]].reshape(len(y), -1), y, dev[:, [mid, -1]].reshape(len(y_dev), -1), y_dev, k
+    train, train_s = scored(decider, args.train, args.limit)
+    dev, dev_s = scored(decider, args.dev, args.dev_limit)
+    n = sum(len(g.labels) for g in train) + sum(len(g.labels) for g in dev)
+    print(
+        f"{decider.model_id} on {decider.parts.backend.name}, readout layers {decider.parts.readout_layers}: "
+        f"scoring {train_s + dev_s:.0f} s for {n} labelled answers ({(train_s + dev_s) / n:.2f} s each)"
     )
-    print(f"layers {mid + 1} and {n_layers} side by side: {both:.3f}")
+    by_question = {g.question: g for g in dev}
+    for g in train:
+        if g.question in by_question:
+            compare(g, by_question[g.question], len(decider.parts.layers))
 
 
 if __name__ == "__main__":

@@ -55,8 +55,9 @@ class Answer:
     question: Question
     probabilities: tuple[float, ...]
     log_likelihoods: tuple[float, ...]
-    # The final hidden state at the answer position (the last prompt token), when the scorer keeps it.
-    hidden: np.ndarray | None = field(default=None, repr=False, compare=False)
+    # The readout layers' hidden states at the answer position (the last prompt token), by layer number, when
+    # the scorer keeps them (see ScoreResult.hidden).
+    hidden: dict[int, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     @property
     def kind(self) -> str:

@@ -1,8 +1,9 @@
 """`decide fit`: per question, a temperature + bias and a hidden-state readout, the better kept.
 
-With fewer than READOUT_MIN labels only the bias is fitted. Otherwise both are, and the one with
-the lower cross-validated log loss on the training labels answers (the bias stays stored as the
-fallback for scorers that do not keep hidden states).
+With fewer than READOUT_MIN labels only the bias is fitted. Otherwise both are: the readout on each
+readout layer the scorer kept, at each L2 strength, and the one with the lowest cross-validated log
+loss on the training labels answers (the bias stays stored as the fallback for scorers that do not
+keep hidden states).
 """
 
 from __future__ import annotations
@@ -22,22 +23,34 @@ def fit_question(g: Scored) -> Entry:
     bias = Bias.fit(lp, y)
     if len(y) < READOUT_MIN or not g.has_hidden:
         return Entry(g.question.instructions, "bias", bias)
-    hidden = np.stack(g.hidden).astype(np.float64)
 
     def bias_cv(train, held):
         return Bias.fit(lp[train], y[train]).probabilities(lp[held]), y[held]
 
-    def readout_cv(l2):
+    readout, loss = fit_readout(layer_states(g), lp, y)
+    method = "readout" if loss < cross_validated(bias_cv, len(y)) else "bias"
+    return Entry(g.question.instructions, method, bias, readout)
+
+
+def layer_states(g: Scored) -> dict[int, np.ndarray]:
+    """{layer: hidden[n, D]} for every layer all of the group's answers kept."""
+    layers = sorted(set.intersection(*(set(h) for h in g.hidden)))
+    return {layer: np.stack([h[layer] for h in g.hidden]).astype(np.float64) for layer in layers}
+
+
+def fit_readout(states: dict[int, np.ndarray], lp: np.ndarray, y: np.ndarray) -> tuple[Readout, float]:
+    """The readout whose layer and L2 give the lowest cross-validated log loss, fitted on all labels; that loss."""
+
+    def readout_cv(layer, l2):
         def run(train, held):
-            return Readout.fit(hidden[train], lp[train], y[train], l2).probabilities(hidden[held], lp[held]), y[held]
+            x = states[layer]
+            return Readout.fit(x[train], lp[train], y[train], l2).probabilities(x[held], lp[held]), y[held]
 
         return run
 
-    losses = {l2: cross_validated(readout_cv(l2), len(y)) for l2 in L2_GRID}
-    best = min(losses, key=losses.get)
-    readout = Readout.fit(hidden, lp, y, best)
-    method = "readout" if losses[best] < cross_validated(bias_cv, len(y)) else "bias"
-    return Entry(g.question.instructions, method, bias, readout)
+    losses = {(layer, l2): cross_validated(readout_cv(layer, l2), len(y)) for layer in states for l2 in L2_GRID}
+    layer, l2 = min(losses, key=losses.get)
+    return Readout.fit(states[layer], lp, y, l2, layer), losses[layer, l2]
 
 
 def fit_profile(decider, groups: list[Scored]) -> Profile:

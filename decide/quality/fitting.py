@@ -3,9 +3,9 @@
 Two readouts of a question's answer, both convex to fit:
 - `Bias`: a temperature and a per-option bias on the model's log-probabilities
   (p = softmax(scale · log p_model + bias)); a few dozen labels suffice;
-- `Readout`: a linear map of the final hidden state at the answer position, standardized,
+- `Readout`: a linear map of one layer's hidden state at the answer position, standardized,
   next to the model's log-probabilities; a few hundred labels.
-The L2 strength of a readout is chosen by k-fold cross-validated log loss.
+The layer and L2 strength of a readout are chosen by k-fold cross-validated log loss (fit.py).
 """
 
 from __future__ import annotations
@@ -83,13 +83,20 @@ class Readout:
     weights: np.ndarray  # [d + k, k]: hidden state, then the model's log-probabilities
     bias: np.ndarray
     l2: float
+    layer: int | None = None  # whose hidden state it reads (1-based); None: the last (profiles of format 1)
 
     @classmethod
-    def fit(cls, hidden: np.ndarray, log_probs: np.ndarray, y: np.ndarray, l2: float) -> Readout:
+    def fit(
+        cls, hidden: np.ndarray, log_probs: np.ndarray, y: np.ndarray, l2: float, layer: int | None = None
+    ) -> Readout:
         mean, std = hidden.mean(axis=0), hidden.std(axis=0) + 1e-6
         x = features(hidden, log_probs, mean, std)
         w, b = fit_logistic(x, y, log_probs.shape[1], l2)
-        return cls(mean, std, w, b, l2)
+        return cls(mean, std, w, b, l2, layer)
+
+    def state(self, hidden: dict[int, np.ndarray]) -> np.ndarray | None:
+        """The hidden state this readout reads, from a scorer's states by layer; None when it is not there."""
+        return hidden.get(max(hidden) if self.layer is None else self.layer)
 
     def probabilities(self, hidden: np.ndarray, log_probs: np.ndarray) -> np.ndarray:
         return np.exp(log_softmax(features(hidden, log_probs, self.mean, self.std) @ self.weights + self.bias))

@@ -21,7 +21,7 @@ from ..request import Question
 from .fitting import Bias, Readout, model_log_probs
 
 PROFILE_FILE = "profile.json"
-FORMAT = 1
+FORMAT = 2  # 2: a readout names its layer (format 1 read the last layer's state)
 
 
 class ProfileError(DecideError):
@@ -57,10 +57,12 @@ class Entry:
     bias: Bias
     readout: Readout | None = None
 
-    def probabilities(self, log_likelihoods, hidden: np.ndarray | None) -> np.ndarray:
+    def probabilities(self, log_likelihoods, hidden: dict[int, np.ndarray] | None) -> np.ndarray:
         log_probs = model_log_probs(np.asarray([log_likelihoods]))
-        if self.method == "readout" and self.readout is not None and hidden is not None:
-            return self.readout.probabilities(np.asarray(hidden)[None], log_probs)[0]
+        if self.method == "readout" and self.readout is not None and hidden:
+            state = self.readout.state(hidden)
+            if state is not None:
+                return self.readout.probabilities(np.asarray(state)[None], log_probs)[0]
         return self.bias.probabilities(log_probs)[0]
 
 
@@ -95,7 +97,10 @@ class Profile:
             }
             if e.readout is not None:
                 r = e.readout
-                np.savez(folder / f"{key}.npz", mean=r.mean, std=r.std, weights=r.weights, bias=r.bias, l2=r.l2)
+                layer = -1 if r.layer is None else r.layer
+                np.savez(
+                    folder / f"{key}.npz", mean=r.mean, std=r.std, weights=r.weights, bias=r.bias, l2=r.l2, layer=layer
+                )
         body = {"format": FORMAT, "model": self.model_id, "fingerprint": self.fingerprint, "questions": questions}
         (folder / PROFILE_FILE).write_text(json.dumps(body, indent=2, ensure_ascii=False))
         return folder
@@ -105,6 +110,11 @@ class Profile:
         folder = Path(folder)
         try:
             body = json.loads((folder / PROFILE_FILE).read_text())
+            if body.get("format", 1) > FORMAT:
+                raise ProfileError(
+                    f"the profile in {folder} has format {body['format']}, from a newer decide (this one reads "
+                    f"up to {FORMAT}); upgrade decide or fit it again"
+                )
             entries = {key: _entry(folder, key, q) for key, q in body["questions"].items()}
             return cls(body["model"], body["fingerprint"], entries)
         except FileNotFoundError as e:
@@ -119,5 +129,8 @@ def _entry(folder: Path, key: str, q: dict) -> Entry:
     readout = None
     if (folder / f"{key}.npz").exists():
         with np.load(folder / f"{key}.npz") as z:
-            readout = Readout(z["mean"], z["std"], z["weights"], z["bias"], float(z["l2"]))
+            layer = int(z["layer"]) if "layer" in z.files else -1
+            readout = Readout(
+                z["mean"], z["std"], z["weights"], z["bias"], float(z["l2"]), None if layer < 0 else layer
+            )
     return Entry(q["instructions"], q["method"], Bias(float(q["scale"]), np.asarray(q["bias"], float)), readout)

@@ -24,8 +24,9 @@ class ScoreResult:
     """
 
     log_likelihoods: list[np.ndarray] = field(default_factory=list)
-    # Per question, the final hidden state at its last prompt token (the answer position), where the scorer has it.
-    hidden: list[np.ndarray | None] = field(default_factory=list)
+    # Per question, where the scorer keeps them: the hidden states at its last prompt token (the answer position)
+    # of the model's readout layers, by layer number (1-based; the last one as the body outputs it, normed).
+    hidden: list[dict[int, np.ndarray] | None] = field(default_factory=list)
     computed_tokens: int = 0
     cached_tokens: int = 0
     cache_write_tokens: int = 0

@@ -248,16 +248,26 @@ class TrieScorer:
         tokens = np.concatenate([b.nodes.tokens for b in built])
         positions = np.concatenate([b.nodes.positions for b in built])
         mask = forest_mask(blocks, [b.nodes.ancestors for b in built])
+        answer_rows = np.concatenate([b.answer_rows() + start for b, start in zip(built, _starts(built))])
+        *taps, last = self.parts.readout_layers
         forward = forest_forward(
-            self.parts.body, len(self.parts.layers), tokens, positions, blocks, mask, self.parts.backend
+            self.parts.body,
+            len(self.parts.layers),
+            tokens,
+            positions,
+            blocks,
+            mask,
+            self.parts.backend,
+            taps,
+            answer_rows,
         )
         row_nodes, offset = [], 0
         for b in built:
             row_nodes.append(b.nodes.rows + offset)
             offset += len(b.nodes.tokens)
         logits = self.parts.head(forward.hidden[mx.array(np.concatenate(row_nodes))]).astype(mx.float32)
-        answer_rows = np.concatenate([b.answer_rows() + start for b, start in zip(built, _starts(built))])
-        hidden = forward.hidden[mx.array(answer_rows)].astype(mx.float32)
+        states = [forward.taps[layer] for layer in taps] + [forward.hidden[mx.array(answer_rows)]]
+        hidden = mx.stack(states, axis=1).astype(mx.float32)  # [jobs, readout layers, D]
         mx.eval(logits, hidden)
         for i, seg in enumerate(segments):
             if seg.chain:
@@ -267,7 +277,7 @@ class TrieScorer:
         for seg, b in zip(segments, built):
             rows = len(b.forest.rows)
             b.gather(seg, logits_np[first_row : first_row + rows], results)
-            b.keep_hidden(seg, hidden_np[first_job : first_job + len(seg.jobs)], results)
+            b.keep_hidden(seg, hidden_np[first_job : first_job + len(seg.jobs)], self.parts.readout_layers, results)
             first_row += rows
             first_job += len(seg.jobs)
 
@@ -298,10 +308,12 @@ class _SegmentForest:
         """Per job, the computed node of its prompt's last token (kept: its logits row is read)."""
         return (np.cumsum(self.nodes.kept) - 1)[self.forest.prompt_last_nodes]
 
-    def keep_hidden(self, seg: Segment, hidden: np.ndarray, results: list[ScoreResult]) -> None:
+    def keep_hidden(
+        self, seg: Segment, hidden: np.ndarray, layers: tuple[int, ...], results: list[ScoreResult]
+    ) -> None:
         for job, h in zip(seg.jobs, hidden):
             for r, i in seg.owners[job.question]:
-                results[r].hidden[i] = h
+                results[r].hidden[i] = dict(zip(layers, h))
 
     def gather(self, seg: Segment, logits: np.ndarray, results: list[ScoreResult]) -> None:
         """Log-likelihoods of the segment's candidates from its logits rows; computed tokens to their requests."""

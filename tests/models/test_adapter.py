@@ -51,7 +51,11 @@ def test_the_mlx_backend_can_be_chosen_and_the_cpu_one_is_the_default(stock_trie
 
 def test_a_llama_layout_gets_every_hook(tiny_model, stock_trie):
     for layer in tiny_model.model.model.layers:
-        assert isinstance(layer, hooks.SwiGLUBlock) and isinstance(layer.self_attn.rope, hooks.PositionalRoPE)
+        assert (
+            isinstance(layer, hooks.PassLayer)
+            and layer.swiglu
+            and isinstance(layer.self_attn.rope, hooks.PositionalRoPE)
+        )
     module = sys.modules[type(tiny_model.model.model.layers[0].self_attn).__module__]
     assert hasattr(module.scaled_dot_product_attention, "stock")
 

@@ -115,15 +115,30 @@ def test_an_unknown_method_is_refused_with_the_choices(tiny_model):
         Decider(tiny_model, DeciderOptions(calibration="magic"))
 
 
-def test_the_hidden_state_is_the_last_prompt_tokens_final_hidden_state(deciders):
-    """The trie pass's extra output against a plain causal forward of the prompt."""
+def layer_states(inner, ids: list[int]) -> dict[int, np.ndarray]:
+    """Every layer's output at the last token, by a plain causal run of the stock layers (the last one normed)."""
+    h = inner.embed_tokens(mx.array(ids, dtype=mx.int32)[None])
+    states = {}
+    for number, layer in enumerate(inner.layers, 1):
+        h = layer(h, "causal", None)
+        states[number] = h[0, -1]
+    states[len(inner.layers)] = inner.norm(h)[0, -1]
+    return {n: np.asarray(s.astype(mx.float32)) for n, s in states.items()}
+
+
+def test_the_hidden_states_are_the_readout_layers_outputs_at_the_last_prompt_token(deciders):
+    """The trie pass's extra outputs against a plain causal forward of the prompt."""
     decider = deciders["none"]
+    layers = decider.parts.readout_layers
+    assert layers[-1] == len(decider.parts.layers) and len(layers) > 1
     for text in TEXTS:
         got = decider.decide(text, QUESTIONS).answers
         for q, answer in zip(QUESTIONS, got):
             ids = decider.loaded.tokenizer.encode(render_prompt(decider.loaded.tokenizer, (Text(text),), q))
-            want = np.asarray(decider.parts.body(mx.array(ids, dtype=mx.int32)[None])[0, -1].astype(mx.float32))
-            np.testing.assert_allclose(answer.hidden, want, rtol=1e-4, atol=1e-4)
+            want = layer_states(decider.loaded.model.model, ids)
+            assert sorted(answer.hidden) == list(layers)
+            for layer in layers:
+                np.testing.assert_allclose(answer.hidden[layer], want[layer], rtol=1e-4, atol=1e-4)
 
 
 def test_temperature_keeps_the_ranking_and_never_sharpens(deciders):

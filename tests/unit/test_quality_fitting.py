@@ -7,7 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from decide.quality import metrics
-from decide.quality.fitting import Bias, Readout, fit_logistic, log_softmax
+from decide.quality.evaluate import Scored
+from decide.quality.fit import fit_question
+from decide.quality.fitting import Bias, Readout, fit_logistic, log_softmax, model_log_probs
+from decide.request import Question
 
 
 def random_case(seed: int, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -82,3 +85,34 @@ def test_the_readout_recovers_a_planted_linear_signal():
     held = readout.probabilities(hidden[400:], useless[400:])
     assert metrics.accuracy(held, y[400:]) > 0.85
     assert metrics.accuracy(np.exp(useless[400:]), y[400:]) < 0.4
+
+
+def planted_group(n: int, signal_layer: int, layers=(3, 5, 8), seed: int = 4) -> Scored:
+    """Labels a linear function of one layer's state; the other layers and the model's own answer are noise."""
+    rng = np.random.default_rng(seed)
+    d, k = 32, 3
+    question = Question.choice("Which?", [("a", None), ("b", None), ("c", None)])
+    planted = rng.normal(size=(d, k))
+    states = {layer: rng.normal(size=(n, d)) for layer in layers}
+    y = (states[signal_layer] @ planted).argmax(axis=1)
+    g = Scored("q", question, y.tolist(), list(rng.normal(size=(n, k))))
+    g.hidden = [{layer: states[layer][i] for layer in layers} for i in range(n)]
+    return g
+
+
+def test_the_fit_reads_the_layer_that_carries_the_signal():
+    for signal in (3, 8):
+        g = planted_group(400, signal)
+        entry = fit_question(g.subset(range(300)))
+        assert entry.method == "readout" and entry.readout.layer == signal
+        held = g.subset(range(300, 400))
+        p = np.stack([entry.probabilities(ll, h) for ll, h in zip(held.log_likelihoods, held.hidden)])
+        assert metrics.accuracy(p, held.y) > 0.8
+
+
+def test_a_readout_whose_layer_is_missing_answers_with_the_bias():
+    entry = fit_question(planted_group(300, 5))
+    ll = np.array([0.0, -1.0, -2.0])
+    want = entry.bias.probabilities(model_log_probs(ll[None]))[0]
+    np.testing.assert_allclose(entry.probabilities(ll, {3: np.zeros(32)}), want)
+    np.testing.assert_allclose(entry.probabilities(ll, None), want)

@@ -26,6 +26,9 @@ from .forest_pass import Block, forest_forward, forest_mask
 log = logging.getLogger("decide.scoring")
 
 
+READOUT_DEPTHS = (1 / 2, 5 / 8, 3 / 4, 7 / 8)  # besides the final layer's (normed) output
+
+
 @dataclass(frozen=True)
 class ModelParts:
     body: Callable  # (tokens[B, L], cache) -> hidden[B, L, D]
@@ -33,6 +36,14 @@ class ModelParts:
     layers: list
     hidden_size: int
     backend: Backend  # the kernels of forest and causal passes
+
+    @property
+    def readout_layers(self) -> tuple[int, ...]:
+        """The layers (1-based) whose output at the answer position the trie engine keeps for fitted readouts:
+        some deep middle ones (a middle layer's state often separates a task's answers better than the
+        last, which is shaped to predict the next token) and the last, as the body outputs it (normed)."""
+        n = len(self.layers)
+        return (*sorted({max(1, round(n * d)) for d in READOUT_DEPTHS} - {n}), n)
 
 
 class Unsupported(Exception):

@@ -7,7 +7,8 @@ code (hooks.py reads it):
   rope hook applies per token; `update_and_fetch` prepends each block's cached prefix K/V without
   touching them; `make_mask` returns the block-diagonal ancestor-or-self mask, so node i sees its
   block's prefix and its own ancestors only; `spans` split that mask into the pieces the attention
-  hook runs one at a time; `backend` names the kernels;
+  hook runs one at a time; `backend` names the kernels; `tap_rows` (on the layers a pass taps) are
+  the rows whose output the layer hook keeps in `tapped`;
 - `CausalCache` is a plain KVCache seen the same way for a causal run (a prompt prefix in chunks).
 
 Only forest and causal passes supply these caches: every other call of the model (the reference
@@ -73,6 +74,8 @@ class ForestCache:
         self.span_masks = span_masks  # per span: its causal offset, or its 0 / -inf bias
         self.backend = backend
         self.fresh: tuple[mx.array, mx.array] | None = None
+        self.tap_rows: mx.array | None = None
+        self.tapped: mx.array | None = None
 
     @property
     def offset(self) -> Positions:
@@ -144,6 +147,7 @@ def block_spans(blocks: list[Block]) -> list[Span]:
 class ForestPass:
     hidden: mx.array  # final hidden states [N, D] of the pass's nodes
     caches: list[ForestCache]
+    taps: dict[int, mx.array]  # layer number (1-based) -> its output [len(tap_rows), D] at the tapped rows
 
     def chain_kv(self, index: int) -> list[tuple[mx.array, mx.array]]:
         """Per layer, the new (K, V) of block `index`'s chain."""
@@ -154,14 +158,28 @@ class ForestPass:
 
 
 def forest_forward(
-    body, n_layers: int, tokens: np.ndarray, positions: np.ndarray, blocks: list[Block], mask, backend: Backend
+    body,
+    n_layers: int,
+    tokens: np.ndarray,
+    positions: np.ndarray,
+    blocks: list[Block],
+    mask,
+    backend: Backend,
+    tap_layers: Sequence[int] = (),
+    tap_rows: np.ndarray | None = None,
 ) -> ForestPass:
-    """The packed forest nodes of `blocks` through the model, each block on top of its own prefix K/V."""
+    """The packed forest nodes of `blocks` through the model, each block on top of its own prefix K/V;
+    the outputs of `tap_layers` (1-based layer numbers) at `tap_rows` are kept too."""
     pos = Positions(mx.array(positions.astype(np.int32)), backend.rope)
     spans = block_spans(blocks)
     span_masks = [s.causal if s.causal is not None else additive_bias(mask[s.r0 : s.r1, s.c0 : s.c1]) for s in spans]
     caches = [ForestCache(i, blocks, pos, mask, spans, span_masks, backend) for i in range(n_layers)]
-    return ForestPass(body(mx.array(tokens.astype(np.int32))[None], caches)[0], caches)
+    if tap_rows is not None:
+        rows = mx.array(tap_rows.astype(np.int32))
+        for layer in tap_layers:
+            caches[layer - 1].tap_rows = rows
+    hidden = body(mx.array(tokens.astype(np.int32))[None], caches)[0]
+    return ForestPass(hidden, caches, {layer: caches[layer - 1].tapped for layer in tap_layers})
 
 
 def causal_forward(body, caches: list[CausalCache], tokens: Sequence[int]) -> mx.array:

@@ -8,8 +8,9 @@ code unchanged, so the reference scorer runs mlx-lm's own model on the same obje
 - attention: the `scaled_dot_product_attention` name the model's module imported from mlx-lm is
   replaced; with a pass cache it runs the backend's kernel once per span of the cache (span
   splitting: each block of a merged pass attends alone, so merging changes no bit);
-- MLP: a llama-style pre-norm SwiGLU layer gets `SwiGLUBlock` mixed into its class, which with a pass
-  cache runs the same layer with the backend's silu product (a layer of another shape keeps its own).
+- layers: every decoder layer gets `PassLayer` mixed into its class; with a pass cache a llama-style
+  pre-norm SwiGLU layer runs its silu product on the backend (a layer of another shape keeps its own),
+  and any layer keeps its output at the rows the cache taps (a readout's hidden states).
 """
 
 from __future__ import annotations
@@ -48,23 +49,33 @@ class PositionalRoPE(nn.Module):
         return self.inner(x, offset=offset)
 
 
-class SwiGLUBlock:
-    """Mixed into the class of a decoder layer h = x + attn(norm(x)); out = h + down(silu(gate(norm(h))) ·
-    up(norm(h))), so that with a pass cache its silu product runs on the pass's backend. (A class swap,
-    not a wrapper: model code reads attributes of its layers.)"""
+class PassLayer:
+    """Mixed into the class of every decoder layer (a class swap, not a wrapper: model code reads attributes
+    of its layers). With a pass cache (one that names a backend):
+    - a layer h = x + attn(norm(x)); out = h + down(silu(gate(norm(h))) · up(norm(h))) (`swiglu`) runs its
+      silu product on the pass's backend; a layer of another shape runs its own code;
+    - the output rows the cache's `tap_rows` name are kept in `cache.tapped`."""
 
-    def __call__(self, x: mx.array, mask=None, cache=None) -> mx.array:
+    swiglu = False
+
+    def __call__(self, x: mx.array, *args, **kwargs) -> mx.array:
+        cache = kwargs.get("cache", args[1] if len(args) > 1 else None)
         backend = getattr(cache, "backend", None)
-        if backend is None:
-            return super().__call__(x, mask, cache)
-        h = x + self.self_attn(self.input_layernorm(x), mask, cache)
-        y, mlp = self.post_attention_layernorm(h), self.mlp
-        return h + mlp.down_proj(backend.silu_product(mlp.gate_proj(y), mlp.up_proj(y)))
+        if backend is None or not self.swiglu:
+            out = super().__call__(x, *args, **kwargs)
+        else:
+            h = x + self.self_attn(self.input_layernorm(x), args[0] if args else kwargs.get("mask"), cache)
+            y, mlp = self.post_attention_layernorm(h), self.mlp
+            out = h + mlp.down_proj(backend.silu_product(mlp.gate_proj(y), mlp.up_proj(y)))
+        rows = getattr(cache, "tap_rows", None)
+        if rows is not None:
+            cache.tapped = out[0, rows]
+        return out
 
 
 @functools.cache
-def _hooked(cls: type) -> type:
-    return type(cls.__name__, (SwiGLUBlock, cls), {"__module__": cls.__module__})
+def _hooked(cls: type, swiglu: bool) -> type:
+    return type(cls.__name__, (PassLayer, cls), {"__module__": cls.__module__, "swiglu": swiglu})
 
 
 def attention_modules(layers: list) -> list:
@@ -72,7 +83,7 @@ def attention_modules(layers: list) -> list:
 
 
 def is_swiglu_block(layer: nn.Module) -> bool:
-    """Has `layer` the llama/qwen2 layout SwiGLUBlock assumes? (The self-test checks the arithmetic.)"""
+    """Has `layer` the llama/qwen2 layout `PassLayer.swiglu` assumes? (The self-test checks the arithmetic.)"""
     mlp = getattr(layer, "mlp", None)
     return (
         set(layer.children()) == SWIGLU_LAYER
@@ -95,15 +106,15 @@ def install(inner: nn.Module) -> bool:
     if callable(stock) and not hasattr(stock, "stock"):
         module.scaled_dot_product_attention = _attention_hook(stock)
     for layer in inner.layers:
-        if not isinstance(layer, SwiGLUBlock) and is_swiglu_block(layer):
-            layer.__class__ = _hooked(type(layer))
+        if not isinstance(layer, PassLayer):
+            layer.__class__ = _hooked(type(layer), is_swiglu_block(layer))
     return True
 
 
 def uninstall(inner: nn.Module) -> None:
-    """Take the rope and MLP hooks out of `inner` (the attention hook is inert without a pass cache)."""
+    """Take the rope and layer hooks out of `inner` (the attention hook is inert without a pass cache)."""
     for layer in inner.layers:
-        if isinstance(layer, SwiGLUBlock):
+        if isinstance(layer, PassLayer):
             layer.__class__ = type(layer).__bases__[1]
     for a in attention_modules(inner.layers):
         if a is not None and isinstance(getattr(a, "rope", None), PositionalRoPE):
