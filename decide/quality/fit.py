@@ -39,18 +39,24 @@ def layer_states(g: Scored) -> dict[int, np.ndarray]:
 
 
 def fit_readout(states: dict[int, np.ndarray], lp: np.ndarray, y: np.ndarray) -> tuple[Readout, float]:
-    """The readout whose layer and L2 give the lowest cross-validated log loss, fitted on all labels; that loss."""
+    """The readout of the layer and L2 with the lowest cross-validated log loss, fitted on all labels; that loss.
 
-    def readout_cv(layer, l2):
+    The layer is chosen at L2_GRID's middle strength, then the strength for that layer (the best strength
+    hardly depends on the layer: the features are standardized), so 8 cross-validations run instead of 20."""
+
+    def cv(layer, l2):
         def run(train, held):
             x = states[layer]
             return Readout.fit(x[train], lp[train], y[train], l2).probabilities(x[held], lp[held]), y[held]
 
-        return run
+        return cross_validated(run, len(y))
 
-    losses = {(layer, l2): cross_validated(readout_cv(layer, l2), len(y)) for layer in states for l2 in L2_GRID}
-    layer, l2 = min(losses, key=losses.get)
-    return Readout.fit(states[layer], lp, y, l2, layer), losses[layer, l2]
+    middle = L2_GRID[len(L2_GRID) // 2]
+    by_layer = {layer: cv(layer, middle) for layer in states}
+    layer = min(by_layer, key=by_layer.get)
+    losses = {l2: by_layer[layer] if l2 == middle else cv(layer, l2) for l2 in L2_GRID}
+    l2 = min(losses, key=losses.get)
+    return Readout.fit(states[layer], lp, y, l2, layer), losses[l2]
 
 
 def fit_profile(decider, groups: list[Scored]) -> Profile:

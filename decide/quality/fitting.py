@@ -33,7 +33,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, k: int, l2: float, steps: int = S
     n, d = x.shape
     onehot = np.eye(k)[y]
     # The loss's gradient is Lipschitz with L ≤ λmax(xᵀx/n)/2 + l2 (+ the bias column's 1/2).
-    lipschitz = np.linalg.norm(x, 2) ** 2 / n / 2 + l2 + 0.5
+    lipschitz = top_eigenvalue(x) / n / 2 + l2 + 0.5
     w, b = np.zeros((d, k)), np.zeros(k)
     w_prev, b_prev = w, b
     for t in range(1, steps + 1):
@@ -44,6 +44,12 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, k: int, l2: float, steps: int = S
         w = vw - (x.T @ err / n + l2 * vw) / lipschitz
         b = vb - err.mean(axis=0) / lipschitz
     return w, b
+
+
+def top_eigenvalue(x: np.ndarray) -> float:
+    """λmax(xᵀx) = |x|₂², from the smaller Gram matrix (a few times faster than an SVD)."""
+    gram = x @ x.T if x.shape[0] < x.shape[1] else x.T @ x
+    return float(np.linalg.eigvalsh(gram)[-1])
 
 
 def log_loss(p: np.ndarray, y: np.ndarray) -> float:

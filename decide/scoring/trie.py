@@ -248,8 +248,9 @@ class TrieScorer:
         tokens = np.concatenate([b.nodes.tokens for b in built])
         positions = np.concatenate([b.nodes.positions for b in built])
         mask = forest_mask(blocks, [b.nodes.ancestors for b in built])
-        answer_rows = np.concatenate([b.answer_rows() + start for b, start in zip(built, _starts(built))])
-        *taps, last = self.parts.readout_layers
+        starts = _starts(built)
+        answer_rows = np.concatenate([b.answer_rows() + start for b, start in zip(built, starts)])
+        taps = self.parts.readout_layers[:-1]  # the last is the body's output
         forward = forest_forward(
             self.parts.body,
             len(self.parts.layers),
@@ -261,11 +262,8 @@ class TrieScorer:
             taps,
             answer_rows,
         )
-        row_nodes, offset = [], 0
-        for b in built:
-            row_nodes.append(b.nodes.rows + offset)
-            offset += len(b.nodes.tokens)
-        logits = self.parts.head(forward.hidden[mx.array(np.concatenate(row_nodes))]).astype(mx.float32)
+        row_nodes = np.concatenate([b.nodes.rows + start for b, start in zip(built, starts)])
+        logits = self.parts.head(forward.hidden[mx.array(row_nodes)]).astype(mx.float32)
         states = [forward.taps[layer] for layer in taps] + [forward.hidden[mx.array(answer_rows)]]
         hidden = mx.stack(states, axis=1).astype(mx.float32)  # [jobs, readout layers, D]
         mx.eval(logits, hidden)
