@@ -5,8 +5,8 @@ file, count, model and kernel backend, so a rerun only refits), fits on the trai
 prints, on the dev examples: the model as is (`none`), the fitted bias alone, a readout restricted to
 each readout layer the engine keeps (its L2 chosen by cross-validation, as `decide fit` does), and
 `decide fit`'s own choice (layer, L2, and readout or bias, all by cross-validation). The row
-"layer N (last)" is what `decide fit` did before it had the middle layers. Also the scoring and
-fitting times.
+"layer N (last)" is what `decide fit` did before it had the middle layers. Then `decide fit`'s dev
+accuracy when it has only the first --sizes training labels. Also the scoring and fitting times.
 
     python -m bench.readout_layers build/eval/trec-w0-train.jsonl build/eval/trec-w0-dev.jsonl
 """
@@ -49,7 +49,11 @@ def row(name: str, p: np.ndarray, y: np.ndarray, note: str = "") -> str:
     return f"  {name:<22} {s.accuracy:8.3f} {s.macro_f1:8.3f} {s.ece:6.3f} {s.log_loss:8.3f}  {note}"
 
 
-def compare(train: Scored, dev: Scored, n_layers: int) -> None:
+def dev_probabilities(entry, dev: Scored) -> np.ndarray:
+    return np.stack([entry.probabilities(ll, h) for ll, h in zip(dev.log_likelihoods, dev.hidden)])
+
+
+def compare(train: Scored, dev: Scored, n_layers: int, sizes: list[int]) -> None:
     lp, y = model_log_probs(np.stack(train.log_likelihoods)), train.y
     dev_lp, y_dev = model_log_probs(np.stack(dev.log_likelihoods)), dev.y
     print(f"{train.name}: {len(y)} training, {len(y_dev)} dev examples, {len(train.question.options)} options")
@@ -65,9 +69,14 @@ def compare(train: Scored, dev: Scored, n_layers: int) -> None:
     start = time.perf_counter()
     entry = fit_question(train)
     seconds = time.perf_counter() - start
-    p = np.stack([entry.probabilities(ll, h) for ll, h in zip(dev.log_likelihoods, dev.hidden)])
-    chosen = f"{entry.method}" + (f", layer {entry.readout.layer}" if entry.method == "readout" else "")
-    print(row("decide fit", p, y_dev, f"chose {chosen}; fit {seconds:.1f} s"))
+    print(row("decide fit", dev_probabilities(entry, dev), y_dev, f"chose {described(entry)}; fit {seconds:.1f} s"))
+    for n in (n for n in sizes if n < len(y)):
+        entry = fit_question(train.subset(range(n)))
+        print(row(f"decide fit, {n} labels", dev_probabilities(entry, dev), y_dev, f"chose {described(entry)}"))
+
+
+def described(entry) -> str:
+    return entry.method + (f", layer {entry.readout.layer}" if entry.method == "readout" else "")
 
 
 def main() -> None:
@@ -77,6 +86,9 @@ def main() -> None:
     ap.add_argument("-m", "--model", default=None)
     ap.add_argument("--limit", type=int, default=None, help="the first N training examples")
     ap.add_argument("--dev-limit", type=int, default=None)
+    ap.add_argument(
+        "--sizes", default="50,100,200,400", help="fit also on the first N training labels (comma-separated)"
+    )
     args = ap.parse_args()
     decider = Decider.load(args.model)
     train, train_s = scored(decider, args.train, args.limit)
@@ -89,7 +101,7 @@ def main() -> None:
     by_question = {g.question: g for g in dev}
     for g in train:
         if g.question in by_question:
-            compare(g, by_question[g.question], len(decider.parts.layers))
+            compare(g, by_question[g.question], len(decider.parts.layers), [int(n) for n in args.sizes.split(",")])
 
 
 if __name__ == "__main__":
