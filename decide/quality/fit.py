@@ -1,7 +1,7 @@
 """`decide fit`: per question, a temperature + bias and a hidden-state readout, the better kept.
 
-With fewer than READOUT_MIN labels only the bias is fitted. Otherwise both are: the readout on each
-readout layer the scorer kept, at each L2 strength, and the one with the lowest cross-validated log
+With fewer than READOUT_MIN labels only the bias is fitted. Otherwise both are (the readout on the
+layer and at the L2 strength `fit_readout` chooses), and the one with the lower cross-validated log
 loss on the training labels answers (the bias stays stored as the fallback for scorers that do not
 keep hidden states).
 """

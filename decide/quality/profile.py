@@ -59,10 +59,9 @@ class Entry:
 
     def probabilities(self, log_likelihoods, hidden: dict[int, np.ndarray] | None) -> np.ndarray:
         log_probs = model_log_probs(np.asarray([log_likelihoods]))
-        if self.method == "readout" and self.readout is not None and hidden:
-            state = self.readout.state(hidden)
-            if state is not None:
-                return self.readout.probabilities(np.asarray(state)[None], log_probs)[0]
+        state = self.readout.state(hidden) if self.method == "readout" and self.readout and hidden else None
+        if state is not None:
+            return self.readout.probabilities(np.asarray(state)[None], log_probs)[0]
         return self.bias.probabilities(log_probs)[0]
 
 
