@@ -1,11 +1,13 @@
-"""bfloat16 against float32 on labelled questions: `python -m bench.precision [--model M] [--limit N]`.
+"""Reduced precisions against float32 on labelled questions:
+`python -m bench.precision [--model M] [--limit N] [--precisions float32,bfloat16]`.
 
 Two dev sets of ../shared/data (never their test splits): SST-2's dev split as yes/no questions,
 and the last 500 examples of TREC's train split (a dev split carved out of it) as a choice among
-its six answer types. Each example is one request, answered by the float32 trie engine (exact to
-the reference scorer, tests/models/test_smollm_scoring.py) and by the bfloat16 one, loaded side by side.
-Prints max / mean |Δp| over every answer's probabilities, the share of questions whose best
-answer changes, and the accuracy of each precision.
+its six answer types. Each example is one request, answered by the trie engine at each precision,
+loaded side by side; the first precision (float32: exact to the reference scorer,
+tests/models/test_smollm_scoring.py) is the baseline. Prints, for each other precision, max / mean
+|Δp| over every answer's probabilities and the share of questions whose best answer changes, and
+the accuracy and time of each.
 """
 
 from __future__ import annotations
@@ -69,25 +71,29 @@ def answer_all(decider: Decider, requests: list[DecisionRequest], batch: int = 1
     return probs
 
 
-def report(name: str, labels: list[int], runs: dict[str, list[np.ndarray]]) -> None:
-    f32, b16 = runs["float32"], runs["bfloat16"]
-    deltas = np.concatenate([np.abs(a - b) for a, b in zip(f32, b16)])
-    flips = sum(int(np.argmax(a) != np.argmax(b)) for a, b in zip(f32, b16))
-    accuracy = {p: np.mean([np.argmax(x) == y for x, y in zip(runs[p], labels)]) for p in runs}
-    print(
-        f"{name}: {len(labels)} questions; |Δp| max {deltas.max():.4f} mean {deltas.mean():.5f}; "
-        f"best answer changed {flips} ({flips / len(labels):.2%}); "
-        f"accuracy float32 {accuracy['float32']:.2%}, bfloat16 {accuracy['bfloat16']:.2%}",
-        flush=True,
-    )
+def report(name: str, labels: list[int], runs: dict[str, list[np.ndarray]], seconds: dict[str, float]) -> None:
+    base, *others = runs
+    print(f"{name}: {len(labels)} questions", flush=True)
+    for precision, probs in runs.items():
+        accuracy = np.mean([np.argmax(x) == y for x, y in zip(probs, labels)])
+        line = f"  {precision:<9} accuracy {accuracy:.2%}  time {seconds[precision]:.1f} s"
+        if precision != base:
+            deltas = np.concatenate([np.abs(a - b) for a, b in zip(runs[base], probs)])
+            flips = sum(int(np.argmax(a) != np.argmax(b)) for a, b in zip(runs[base], probs))
+            line += (
+                f"  vs {base}: |Δp| max {deltas.max():.4f} mean {deltas.mean():.5f}; "
+                f"best answer changed {flips} ({flips / len(labels):.2%})"
+            )
+        print(line, flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--limit", type=int, default=None, help="examples per set (default: all of SST-2, 500 of TREC)")
+    parser.add_argument("--precisions", default="float32,bfloat16", help="the first is the baseline")
     args = parser.parse_args()
-    deciders = {p: Decider.load(args.model, DeciderOptions(precision=p)) for p in ("float32", "bfloat16")}
+    deciders = {p: Decider.load(args.model, DeciderOptions(precision=p)) for p in args.precisions.split(",")}
     for name, source in (("SST-2 dev (yes/no)", sst2), ("TREC dev (choice of 6)", trec)):
         pairs = list(source(args.limit))
         requests, labels = [r for r, _ in pairs], [y for _, y in pairs]
@@ -96,8 +102,7 @@ def main() -> None:
             start = time.perf_counter()
             runs[precision] = answer_all(decider, requests)
             seconds[precision] = time.perf_counter() - start
-        report(name, labels, runs)
-        print(f"  time: float32 {seconds['float32']:.1f} s, bfloat16 {seconds['bfloat16']:.1f} s", flush=True)
+        report(name, labels, runs, seconds)
 
 
 if __name__ == "__main__":
