@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bf16_linear.hpp"
+#include "onednn_engine.hpp"
 
 namespace decide {
 
@@ -18,11 +19,6 @@ namespace {
 using dnnl::memory;
 using dt = memory::data_type;
 using tag = memory::format_tag;
-
-dnnl::engine& cpu_engine() {
-    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-    return engine;
-}
 
 // oneDNN's OpenMP threads are those of the calling thread's team: one, for the life of the object.
 class OneOmpThread {

@@ -1,4 +1,5 @@
 #include "bf16_linear.hpp"
+#include "onednn_engine.hpp"
 
 #include <cstring>
 #include <unordered_map>
@@ -12,11 +13,6 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 using dt = memory::data_type;
-
-dnnl::engine& cpu_engine() {
-    static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-    return engine;
-}
 
 }  // namespace
 
