@@ -72,7 +72,7 @@ def answer_all(decider: Decider, requests: list[DecisionRequest], batch: int = 1
 
 
 def report(name: str, labels: list[int], runs: dict[str, list[np.ndarray]], seconds: dict[str, float]) -> None:
-    base, *others = runs
+    base = next(iter(runs))
     print(f"{name}: {len(labels)} questions", flush=True)
     for precision, probs in runs.items():
         accuracy = np.mean([np.argmax(x) == y for x, y in zip(probs, labels)])
