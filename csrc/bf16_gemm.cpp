@@ -48,8 +48,8 @@ Primitive primitive(const Shape& shape) {
     const std::lock_guard<std::mutex> held(lock);
     if (auto hit = cache.find(shape); hit != cache.end()) return hit->second;
     const auto [m, n, k, trans_b, ldc, accumulate] = shape;
-    memory::desc src({m, k}, dt::bf16, tag::ab);
-    memory::desc wei({k, n}, dt::bf16, trans_b ? tag::ba : tag::ab);
+    memory::desc src({m, k}, operand_type(), tag::ab);
+    memory::desc wei({k, n}, operand_type(), trans_b ? tag::ba : tag::ab);
     memory::desc dst({m, n}, dt::f32, memory::dims{ldc, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -63,29 +63,31 @@ Primitive primitive(const Shape& shape) {
     return cache.emplace(shape, Primitive{dnnl::matmul(pd), pd.scratchpad_desc()}).first->second;
 }
 
-// rows × cols floats at a row stride of `stride`, as contiguous bf16.
-void rows_to_bf16(const float* x, int rows, int cols, int stride, std::vector<uint16_t>& out) {
-    out.resize(static_cast<size_t>(rows) * cols);
-    for (int r = 0; r < rows; ++r) to_bf16(x + static_cast<int64_t>(r) * stride, out.data() + static_cast<size_t>(r) * cols, cols);
+// rows × cols floats at a row stride of `stride`, rounded to bf16 as contiguous operands.
+void rows_to_operands(const float* x, int rows, int cols, int stride, std::vector<float>& out) {
+    out.resize(static_cast<size_t>(rows) * cols);  // room for either operand type
+    auto* bytes = reinterpret_cast<uint8_t*>(out.data());
+    const size_t row_bytes = static_cast<size_t>(cols) * operand_size();
+    for (int r = 0; r < rows; ++r) to_operands(x + static_cast<int64_t>(r) * stride, bytes + r * row_bytes, cols);
 }
 
 }  // namespace
 
 void bf16_gemm(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
                float* c, int ldc) {
-    thread_local std::vector<uint16_t> a16, b16;
-    rows_to_bf16(a, m, k, lda, a16);
+    thread_local std::vector<float> a16, b16;
+    rows_to_operands(a, m, k, lda, a16);
     if (trans_b) {
-        rows_to_bf16(b, n, k, ldb, b16);
+        rows_to_operands(b, n, k, ldb, b16);
     } else {
-        rows_to_bf16(b, k, n, ldb, b16);
+        rows_to_operands(b, k, n, ldb, b16);
     }
     const bool accumulate = beta != 0.0f;
     const OneOmpThread one_thread;
     const Primitive p = primitive({m, n, k, trans_b, ldc, accumulate});
     auto& engine = cpu_engine();
-    memory src({{m, k}, dt::bf16, tag::ab}, engine, a16.data());
-    memory wei({{k, n}, dt::bf16, trans_b ? tag::ba : tag::ab}, engine, b16.data());
+    memory src({{m, k}, operand_type(), tag::ab}, engine, a16.data());
+    memory wei({{k, n}, operand_type(), trans_b ? tag::ba : tag::ab}, engine, b16.data());
     memory dst({{m, n}, dt::f32, memory::dims{ldc, 1}}, engine, c);
     thread_local std::vector<uint8_t> scratch;
     scratch.resize(p.scratchpad.get_size());

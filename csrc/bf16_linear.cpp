@@ -42,6 +42,27 @@ DECIDE_CLONES void from_bf16(const uint16_t* in, float* out, size_t n) {
     }
 }
 
+DECIDE_CLONES void round_to_bf16(const float* in, float* out, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &in[i], 4);
+        const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+        const uint32_t rounded = nan ? bits | 0x400000u : (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+        std::memcpy(&out[i], &rounded, 4);
+    }
+}
+
+size_t operand_size() { return operand_type() == dt::bf16 ? 2 : 4; }
+
+void to_operands(const float* in, void* out, size_t n) {
+    if (operand_type() == dt::bf16) {
+        to_bf16(in, static_cast<uint16_t*>(out), n);
+    } else {
+        round_to_bf16(in, static_cast<float*>(out), n);
+    }
+}
+
 // One primitive for every row count (oneDNN's run-time M), its weight reordered once into the
 // layout that primitive prefers.
 struct Bf16Linear::Impl {
@@ -55,10 +76,11 @@ Bf16Linear::Bf16Linear(const float* w, int64_t out, int64_t in, const float* b, 
     : out_features(out), in_features(in), packed(packed_), impl_(std::make_unique<Impl>()) {
     auto& engine = cpu_engine();
     const memory::dim any_rows = DNNL_RUNTIME_DIM_VAL;
-    memory::desc src({any_rows, in}, dt::bf16, tag::ab);
+    const dt operand = operand_type();
+    memory::desc src({any_rows, in}, operand, tag::ab);
     // W [out, in] row-major is Wᵀ [in, out] in tag ba.
-    memory::desc wei_plain({in, out}, dt::bf16, tag::ba);
-    memory::desc wei_any = packed ? memory::desc({in, out}, dt::bf16, tag::any) : wei_plain;
+    memory::desc wei_plain({in, out}, operand, tag::ba);
+    memory::desc wei_any = packed ? memory::desc({in, out}, operand, tag::any) : wei_plain;
     memory::desc dst({any_rows, out}, dt::f32, tag::ab);
     memory::desc bias_desc({1, out}, dt::f32, tag::ab);
     impl_->has_bias = b != nullptr;
@@ -71,14 +93,14 @@ Bf16Linear::Bf16Linear(const float* w, int64_t out, int64_t in, const float* b, 
 
     impl_->weight = memory(pd.weights_desc(), engine);
     if (packed) {
-        std::vector<uint16_t> plain(static_cast<size_t>(out * in));
-        to_bf16(w, plain.data(), plain.size());
+        std::vector<float> plain(static_cast<size_t>(out * in));  // room for either operand type
+        to_operands(w, plain.data(), plain.size());
         memory plain_mem(wei_plain, engine, plain.data());
         dnnl::stream stream(engine);
         dnnl::reorder(plain_mem, impl_->weight).execute(stream, plain_mem, impl_->weight);
         stream.wait();
     } else {
-        to_bf16(w, static_cast<uint16_t*>(impl_->weight.get_data_handle()), static_cast<size_t>(out * in));
+        to_operands(w, impl_->weight.get_data_handle(), static_cast<size_t>(out * in));
     }
     if (b) {
         impl_->bias = memory(bias_desc, engine);
@@ -91,16 +113,25 @@ Bf16Linear::~Bf16Linear() = default;
 size_t Bf16Linear::weight_bytes() const { return impl_->weight.get_desc().get_size(); }
 
 void Bf16Linear::rows(const int64_t* ids, size_t n, float* out) const {
-    const auto* table = static_cast<const uint16_t*>(impl_->weight.get_data_handle());
-    for (size_t i = 0; i < n; ++i) from_bf16(table + ids[i] * in_features, out + i * in_features, in_features);
+    const void* table = impl_->weight.get_data_handle();
+    const size_t width = static_cast<size_t>(in_features);
+    for (size_t i = 0; i < n; ++i) {
+        if (operand_type() == dt::bf16) {
+            from_bf16(static_cast<const uint16_t*>(table) + ids[i] * width, out + i * width, width);
+        } else {
+            std::memcpy(out + i * width, static_cast<const float*>(table) + ids[i] * width, width * 4);
+        }
+    }
 }
 
 void Bf16Linear::forward(const float* x, int64_t rows, int64_t x_stride, float* y) const {
     auto& engine = cpu_engine();
-    thread_local std::vector<uint16_t> xb;
+    thread_local std::vector<float> xb;  // room for either operand type
     xb.resize(static_cast<size_t>(rows * in_features));
-    for (int64_t r = 0; r < rows; ++r) to_bf16(x + r * x_stride, xb.data() + r * in_features, in_features);
-    memory src({{rows, in_features}, dt::bf16, tag::ab}, engine, xb.data());
+    auto* operands = reinterpret_cast<uint8_t*>(xb.data());
+    const size_t row_bytes = static_cast<size_t>(in_features) * operand_size();
+    for (int64_t r = 0; r < rows; ++r) to_operands(x + r * x_stride, operands + r * row_bytes, in_features);
+    memory src({{rows, in_features}, operand_type(), tag::ab}, engine, xb.data());
     memory dst({{rows, out_features}, dt::f32, tag::ab}, engine, y);
     thread_local std::vector<uint8_t> scratch;
     scratch.resize(impl_->scratchpad.get_size());

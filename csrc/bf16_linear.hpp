@@ -13,6 +13,13 @@ namespace decide {
 // float32 → bfloat16, rounded to nearest even (NaN stays NaN).
 void to_bf16(const float* in, uint16_t* out, size_t n);
 void from_bf16(const uint16_t* in, float* out, size_t n);
+// float32 → float32 holding the bf16-rounded value.
+void round_to_bf16(const float* in, float* out, size_t n);
+
+// float32 rounded to bf16, stored as the GEMMs' operands are (operand_type() in onednn_engine.hpp):
+// bf16 bits, or float32 on a CPU without oneDNN bf16 kernels; operand_size() bytes each.
+void to_operands(const float* in, void* out, size_t n);
+size_t operand_size();
 
 class Bf16Linear {
    public:

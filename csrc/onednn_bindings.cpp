@@ -10,6 +10,7 @@
 
 #include "attention_binding.hpp"
 #include "bf16_gemm.hpp"
+#include "onednn_engine.hpp"
 #include "bf16_linear.hpp"
 #include "rms_norm.hpp"
 
@@ -118,6 +119,9 @@ PYBIND11_MODULE(_onednn, m) {
         "to bf16, float32 accumulation; the softmax and the forest's own keys' weighted sums in float32)");
     m.def("rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("eps"),
           "x / sqrt(mean(x², last axis) + eps) · weight, float32 [..., dim]");
+    m.def(
+        "has_bf16_kernels", [] { return decide::operand_type() == dnnl::memory::data_type::bf16; },
+        "whether oneDNN multiplies bf16 on this CPU; if not, the bf16-rounded operands run as float32 GEMMs");
     m.def("to_bf16", &to_bf16, py::arg("x"), "float32 -> bfloat16 bits (uint16), rounded to nearest even");
     m.def("from_bf16", &from_bf16, py::arg("x"), "bfloat16 bits (uint16) -> float32, exact");
 }

@@ -7,6 +7,9 @@ accumulates in float32, so norms, RoPE, attention, SwiGLU and the head's log-sof
 
 `resolve_precision` turns `auto | float32 | bfloat16` into the precision that serves: `auto` is
 bfloat16 only on a CPU with native bf16 (avx512_bf16 or amx_bf16) where the backend loads.
+Where oneDNN has no bf16 GEMMs for the CPU (AVX2 only), the same bf16-rounded operands run as
+float32 GEMMs (a product of two bf16 values is exact in float32): the same answers, slower, so
+the path is tested on any x86-64 CPU; `auto` never picks it.
 """
 
 from __future__ import annotations
@@ -97,6 +100,11 @@ def resolve_precision(requested: str | None = None) -> str:
     if not runs:
         why = "MLX runs on a GPU here" if device() != "cpu" else "oneDNN is not installed (pip install onednn-cpu-gomp)"
         raise ValueError(f"precision bfloat16 needs the CPU oneDNN backend: {why}")
+    if not _native().has_bf16_kernels():
+        log.warning(
+            "precision bfloat16 on a CPU without oneDNN bf16 kernels (it needs AVX-512 or AMX): its bf16-rounded "
+            "operands run as float32 GEMMs, slower than precision float32"
+        )
     return requested
 
 

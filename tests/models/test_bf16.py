@@ -3,6 +3,8 @@ selection, and a tiny model served in bfloat16 next to its float32 reference."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -135,6 +137,25 @@ def test_auto_is_float32_without_the_backend(monkeypatch):
     assert bf16.resolve_precision("auto") == "float32"
     with pytest.raises(ValueError, match="oneDNN"):
         bf16.resolve_precision("bfloat16")
+
+
+def test_bfloat16_without_bf16_kernels_runs_with_a_warning(monkeypatch, caplog):
+    """AVX2-only CPUs: oneDNN has no bf16 GEMMs, so the bf16-rounded operands run as float32 GEMMs."""
+
+    class NoBf16Kernels:
+        @staticmethod
+        def has_bf16_kernels() -> bool:
+            return False
+
+    monkeypatch.setattr(bf16, "_native", lambda: NoBf16Kernels)
+    monkeypatch.setattr(bf16, "device", lambda: "cpu")
+    with caplog.at_level(logging.WARNING, logger="decide.bf16"):
+        assert bf16.resolve_precision("bfloat16") == "bfloat16"
+    assert "float32 GEMMs" in caplog.text
+
+
+def test_a_cpu_with_native_bf16_gets_onednn_bf16_kernels():
+    assert bf16._native().has_bf16_kernels() or not bf16.native_bf16()
 
 
 def test_an_unknown_precision_is_a_load_error(tiny_gguf_path, tmp_path):
