@@ -3,8 +3,9 @@
 Scores the training and the dev examples once through the engine (kept in build/scores, keyed by
 file, count, model and kernel backend, so a rerun only refits), fits on the training examples and
 prints, on the dev examples: the model as is (`none`), the fitted bias alone, a readout restricted to
-each readout layer the engine keeps (its L2 chosen by cross-validation, as `decide fit` does), and
-`decide fit`'s own choice (layer, L2, and readout or bias, all by cross-validation). The row
+each readout layer the engine keeps (its L2 chosen by cross-validation, as `decide fit` does), the
+readout of the one layer cross-validation picks (what `decide fit` did before it read several), of the
+layers it picks, and `decide fit`'s own choice (layers, L2, and readout or bias, all by cross-validation). The row
 "layer N (last)" is what `decide fit` did before it had the middle layers. Then `decide fit`'s dev
 accuracy when it has only the first --sizes training labels. Also the scoring and fitting times.
 
@@ -66,6 +67,12 @@ def compare(train: Scored, dev: Scored, n_layers: int, sizes: list[int]) -> None
         p = readout.probabilities(dev_states[layer], dev_lp)
         name = f"layer {layer}" + (" (last)" if layer == n_layers else "")
         print(row(name, p, y_dev, f"cv log loss {loss:.3f}, L2 {readout.l2:g}"))
+    readout, loss = fit_readout(states, lp, y, max_layers=1)
+    p = readout.probabilities(readout_states(readout, dev), dev_lp)
+    print(row("best one layer", p, y_dev, f"cv log loss {loss:.3f}, {readout.described}, L2 {readout.l2:g}"))
+    readout, loss = fit_readout(states, lp, y)
+    p = readout.probabilities(readout_states(readout, dev), dev_lp)
+    print(row("best layers", p, y_dev, f"cv log loss {loss:.3f}, {readout.described}, L2 {readout.l2:g}"))
     start = time.perf_counter()
     entry = fit_question(train)
     seconds = time.perf_counter() - start
@@ -75,8 +82,12 @@ def compare(train: Scored, dev: Scored, n_layers: int, sizes: list[int]) -> None
         print(row(f"decide fit, {n} labels", dev_probabilities(entry, dev), y_dev, f"chose {described(entry)}"))
 
 
+def readout_states(readout, dev: Scored) -> np.ndarray:
+    return np.stack([readout.state(h) for h in dev.hidden])
+
+
 def described(entry) -> str:
-    return entry.method + (f", layer {entry.readout.layer}" if entry.method == "readout" else "")
+    return entry.method + (f", {entry.readout.described}" if entry.method == "readout" else "")
 
 
 def main() -> None:

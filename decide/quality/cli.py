@@ -78,8 +78,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         f"fitted {len(profile.entries)} question(s) on {len(examples)} examples: scoring {scored_s:.0f} s, fit {fit_s:.1f} s"
     )
     for e in profile.entries.values():
-        layer = f" (layer {e.readout.layer} of {len(decider.parts.layers)})" if e.method == "readout" else ""
-        print(f"  {e.method}{layer}: {e.instructions}")
+        where = f" ({e.readout.described} of {len(decider.parts.layers)})" if e.method == "readout" else ""
+        print(f"  {e.method}{where}: {e.instructions}")
     print(f"profile: {args.output} (model {decider.model_id})")
     fitted = [g for g in groups if profile.entry(g.question)]
     if args.dev:

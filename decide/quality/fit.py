@@ -1,7 +1,7 @@
 """`decide fit`: per question, a temperature + bias and a hidden-state readout, the better kept.
 
 With fewer than READOUT_MIN labels only the bias is fitted. Otherwise both are (the readout on the
-layer and at the L2 strength `fit_readout` chooses), and the one with the lower cross-validated log
+layers and at the L2 strength `fit_readout` chooses), and the one with the lower cross-validated log
 loss on the training labels answers (the bias stays stored as the fallback for scorers that do not
 keep hidden states).
 """
@@ -16,6 +16,7 @@ from .profile import Entry, Profile, model_fingerprint, question_key
 
 MIN_LABELS = 8
 READOUT_MIN = 100
+MAX_LAYERS = 3  # states concatenated in one readout
 
 
 def fit_question(g: Scored) -> Entry:
@@ -38,25 +39,44 @@ def layer_states(g: Scored) -> dict[int, np.ndarray]:
     return {layer: np.stack([h[layer] for h in g.hidden]).astype(np.float64) for layer in layers}
 
 
-def fit_readout(states: dict[int, np.ndarray], lp: np.ndarray, y: np.ndarray) -> tuple[Readout, float]:
-    """The readout of the layer and L2 with the lowest cross-validated log loss, fitted on all labels; that loss.
+def fit_readout(
+    states: dict[int, np.ndarray], lp: np.ndarray, y: np.ndarray, max_layers: int = MAX_LAYERS
+) -> tuple[Readout, float]:
+    """The readout of the layers and L2 with the lowest cross-validated log loss, fitted on all labels; that loss.
 
-    The layer is chosen at L2_GRID's middle strength, then the strength for that layer (the best strength
-    hardly depends on the layer: the features are standardized), so 8 cross-validations run instead of 20."""
+    The layers are chosen at L2_GRID's middle strength (`choose_layers`), then the strength for them (the
+    best strength hardly depends on the layers: the features are standardized)."""
 
-    def cv(layer, l2):
+    def cv(layers: tuple[int, ...], l2: float) -> float:
+        x = np.concatenate([states[layer] for layer in layers], axis=1)
+
         def run(train, held):
-            x = states[layer]
             return Readout.fit(x[train], lp[train], y[train], l2).probabilities(x[held], lp[held]), y[held]
 
         return cross_validated(run, len(y))
 
     middle = L2_GRID[len(L2_GRID) // 2]
-    by_layer = {layer: cv(layer, middle) for layer in states}
-    layer = min(by_layer, key=by_layer.get)
-    losses = {l2: by_layer[layer] if l2 == middle else cv(layer, l2) for l2 in L2_GRID}
+    layers, loss = choose_layers(tuple(states), lambda chosen: cv(chosen, middle), max_layers)
+    losses = {l2: loss if l2 == middle else cv(layers, l2) for l2 in L2_GRID}
     l2 = min(losses, key=losses.get)
-    return Readout.fit(states[layer], lp, y, l2, layer), losses[l2]
+    x = np.concatenate([states[layer] for layer in layers], axis=1)
+    return Readout.fit(x, lp, y, l2, layers), losses[l2]
+
+
+def choose_layers(available: tuple[int, ...], loss, max_layers: int = MAX_LAYERS) -> tuple[tuple[int, ...], float]:
+    """Forward selection: the layer with the lowest `loss((layer,))`, then, up to max_layers, the layer whose
+    state added to the chosen ones lowers the loss most, while it lowers it (layers of different depth
+    carry different parts of the answer: on TREC a middle layer and the last together beat either)."""
+    chosen, best = (), float("inf")
+    while len(chosen) < max_layers:
+        trials = {tuple(sorted((*chosen, layer))): None for layer in available if layer not in chosen}
+        for layers in trials:
+            trials[layers] = loss(layers)
+        if not trials or min(trials.values()) >= best:
+            break
+        chosen = min(trials, key=trials.get)
+        best = trials[chosen]
+    return chosen, best
 
 
 def fit_profile(decider, groups: list[Scored]) -> Profile:

@@ -3,9 +3,9 @@
 Two readouts of a question's answer, both convex to fit:
 - `Bias`: a temperature and a per-option bias on the model's log-probabilities
   (p = softmax(scale · log p_model + bias)); a few dozen labels suffice;
-- `Readout`: a linear map of one layer's hidden state at the answer position, standardized,
-  next to the model's log-probabilities; a few hundred labels.
-The layer and L2 strength of a readout are chosen by k-fold cross-validated log loss (fit.py).
+- `Readout`: a linear map of the hidden state at the answer position after one or a few layers
+  (concatenated), standardized, next to the model's log-probabilities; a few hundred labels.
+The layers and L2 strength of a readout are chosen by k-fold cross-validated log loss (fit.py).
 """
 
 from __future__ import annotations
@@ -89,20 +89,30 @@ class Readout:
     weights: np.ndarray  # [d + k, k]: hidden state, then the model's log-probabilities
     bias: np.ndarray
     l2: float
-    layer: int | None = None  # whose hidden state it reads (1-based); None: the last (profiles of format 1)
+    layers: tuple[int, ...] = ()  # whose states it reads, concatenated (1-based); (): the last (format 1)
 
     @classmethod
     def fit(
-        cls, hidden: np.ndarray, log_probs: np.ndarray, y: np.ndarray, l2: float, layer: int | None = None
+        cls, hidden: np.ndarray, log_probs: np.ndarray, y: np.ndarray, l2: float, layers: tuple[int, ...] = ()
     ) -> Readout:
         mean, std = hidden.mean(axis=0), hidden.std(axis=0) + 1e-6
         x = features(hidden, log_probs, mean, std)
         w, b = fit_logistic(x, y, log_probs.shape[1], l2)
-        return cls(mean, std, w, b, l2, layer)
+        return cls(mean, std, w, b, l2, tuple(layers))
 
     def state(self, hidden: dict[int, np.ndarray]) -> np.ndarray | None:
-        """The hidden state this readout reads, from a scorer's states by layer; None when it is not there."""
-        return hidden.get(max(hidden) if self.layer is None else self.layer)
+        """The state this readout reads, from a scorer's states by layer; None when one of its layers is missing."""
+        if not self.layers:
+            return hidden[max(hidden)]
+        if any(layer not in hidden for layer in self.layers):
+            return None
+        return np.concatenate([np.asarray(hidden[layer]) for layer in self.layers])
+
+    @property
+    def described(self) -> str:
+        if not self.layers:
+            return "the last layer"
+        return ("layer " if len(self.layers) == 1 else "layers ") + " + ".join(map(str, self.layers))
 
     def probabilities(self, hidden: np.ndarray, log_probs: np.ndarray) -> np.ndarray:
         return np.exp(log_softmax(features(hidden, log_probs, self.mean, self.std) @ self.weights + self.bias))

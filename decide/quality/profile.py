@@ -21,7 +21,7 @@ from ..request import Question
 from .fitting import Bias, Readout, model_log_probs
 
 PROFILE_FILE = "profile.json"
-FORMAT = 2  # 2: a readout names its layer (format 1 read the last layer's state)
+FORMAT = 3  # 3: a readout names its layers; 2: one layer; 1: the last layer's state
 
 
 class ProfileError(DecideError):
@@ -96,9 +96,14 @@ class Profile:
             }
             if e.readout is not None:
                 r = e.readout
-                layer = -1 if r.layer is None else r.layer
                 np.savez(
-                    folder / f"{key}.npz", mean=r.mean, std=r.std, weights=r.weights, bias=r.bias, l2=r.l2, layer=layer
+                    folder / f"{key}.npz",
+                    mean=r.mean,
+                    std=r.std,
+                    weights=r.weights,
+                    bias=r.bias,
+                    l2=r.l2,
+                    layers=np.asarray(r.layers, dtype=np.int64),
                 )
         body = {"format": FORMAT, "model": self.model_id, "fingerprint": self.fingerprint, "questions": questions}
         (folder / PROFILE_FILE).write_text(json.dumps(body, indent=2, ensure_ascii=False))
@@ -128,8 +133,14 @@ def _entry(folder: Path, key: str, q: dict) -> Entry:
     readout = None
     if (folder / f"{key}.npz").exists():
         with np.load(folder / f"{key}.npz") as z:
-            layer = int(z["layer"]) if "layer" in z.files else -1
-            readout = Readout(
-                z["mean"], z["std"], z["weights"], z["bias"], float(z["l2"]), None if layer < 0 else layer
-            )
+            readout = Readout(z["mean"], z["std"], z["weights"], z["bias"], float(z["l2"]), _layers(z))
     return Entry(q["instructions"], q["method"], Bias(float(q["scale"]), np.asarray(q["bias"], float)), readout)
+
+
+def _layers(z) -> tuple[int, ...]:
+    """A readout's layers from its arrays: `layers` (format 3), `layer` (format 2, -1 the last), or the last."""
+    if "layers" in z.files:
+        return tuple(int(layer) for layer in z["layers"])
+    if "layer" in z.files and int(z["layer"]) >= 0:
+        return (int(z["layer"]),)
+    return ()

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from decide.quality import metrics
 from decide.quality.evaluate import Scored
-from decide.quality.fit import fit_question
+from decide.quality.fit import choose_layers, fit_question, fit_readout, layer_states
 from decide.quality.fitting import Bias, Readout, fit_logistic, log_softmax, model_log_probs
 from decide.request import Question
 
@@ -87,14 +87,14 @@ def test_the_readout_recovers_a_planted_linear_signal():
     assert metrics.accuracy(np.exp(useless[400:]), y[400:]) < 0.4
 
 
-def planted_group(n: int, signal_layer: int, layers=(3, 5, 8), seed: int = 4) -> Scored:
-    """Labels a linear function of one layer's state; the other layers and the model's own answer are noise."""
+def planted_group(n: int, signal_layers: int | tuple[int, ...], layers=(3, 5, 8), seed: int = 4) -> Scored:
+    """Labels a linear function of some layers' states; the other layers and the model's own answer are noise."""
     rng = np.random.default_rng(seed)
     d, k = 32, 3
     question = Question.choice("Which?", [("a", None), ("b", None), ("c", None)])
-    planted = rng.normal(size=(d, k))
     states = {layer: rng.normal(size=(n, d)) for layer in layers}
-    y = (states[signal_layer] @ planted).argmax(axis=1)
+    signal = [signal_layers] if isinstance(signal_layers, int) else signal_layers
+    y = sum(states[layer] @ rng.normal(size=(d, k)) for layer in signal).argmax(axis=1)
     g = Scored("q", question, y.tolist(), list(rng.normal(size=(n, k))))
     g.hidden = [{layer: states[layer][i] for layer in layers} for i in range(n)]
     return g
@@ -104,10 +104,26 @@ def test_the_fit_reads_the_layer_that_carries_the_signal():
     for signal in (3, 8):
         g = planted_group(400, signal)
         entry = fit_question(g.subset(range(300)))
-        assert entry.method == "readout" and entry.readout.layer == signal
+        assert entry.method == "readout" and entry.readout.layers == (signal,)
         held = g.subset(range(300, 400))
         p = np.stack([entry.probabilities(ll, h) for ll, h in zip(held.log_likelihoods, held.hidden)])
         assert metrics.accuracy(p, held.y) > 0.8
+
+
+def test_the_fit_reads_two_layers_when_the_signal_is_split_between_them():
+    """Half the signal in layer 3's state, half in layer 8's: either alone answers worse than both."""
+    g = planted_group(600, (3, 8))
+    entry = fit_question(g.subset(range(450)))
+    assert entry.method == "readout" and entry.readout.layers == (3, 8)
+    held = g.subset(range(450, 600))
+    p = np.stack([entry.probabilities(ll, h) for ll, h in zip(held.log_likelihoods, held.hidden)])
+    assert metrics.accuracy(p, held.y) > 0.8
+    train, lp = g.subset(range(450)), model_log_probs(np.stack(g.log_likelihoods))
+    for layer in (3, 8):
+        states = layer_states(train)
+        alone, _ = fit_readout({layer: states[layer]}, lp[:450], train.y)
+        p_alone = alone.probabilities(np.stack([h[layer] for h in held.hidden]), lp[450:])
+        assert metrics.accuracy(p_alone, held.y) < metrics.accuracy(p, held.y) - 0.1
 
 
 def test_a_readout_whose_layer_is_missing_answers_with_the_bias():
@@ -116,3 +132,11 @@ def test_a_readout_whose_layer_is_missing_answers_with_the_bias():
     want = entry.bias.probabilities(model_log_probs(ll[None]))[0]
     np.testing.assert_allclose(entry.probabilities(ll, {3: np.zeros(32)}), want)
     np.testing.assert_allclose(entry.probabilities(ll, None), want)
+
+
+def test_layer_selection_adds_a_layer_only_while_the_loss_falls():
+    """Forward selection against a made-up loss: the best single layer, then the best addition, then stop."""
+    loss = {(1,): 3.0, (2,): 2.0, (3,): 2.5, (1, 2): 1.9, (2, 3): 1.5, (1, 2, 3): 1.6}
+    assert choose_layers((1, 2, 3), loss.__getitem__) == ((2, 3), 1.5)
+    assert choose_layers((1, 2, 3), {**loss, (2, 3): 2.1, (1, 2): 2.2}.__getitem__) == ((2,), 2.0)
+    assert choose_layers((7,), {(7,): 0.5}.__getitem__) == ((7,), 0.5)

@@ -1,4 +1,4 @@
-"""Profile files: a readout keeps its layer; a format-1 profile reads the last layer; a newer format is refused."""
+"""Profile files: a readout keeps its layers; format 2 (one layer) and 1 (the last) still load; newer is refused."""
 
 from __future__ import annotations
 
@@ -13,14 +13,28 @@ from decide.quality.profile import PROFILE_FILE, Entry, Profile, ProfileError
 D, K = 8, 3
 
 
-def readout(layer: int | None, seed: int = 0) -> Readout:
+def readout(layers: tuple[int, ...], seed: int = 0) -> Readout:
     rng = np.random.default_rng(seed)
-    return Readout(rng.normal(size=D), rng.random(D) + 0.5, rng.normal(size=(D + K, K)), rng.normal(size=K), 0.1, layer)
+    d = D * max(1, len(layers))
+    return Readout(
+        rng.normal(size=d), rng.random(d) + 0.5, rng.normal(size=(d + K, K)), rng.normal(size=K), 0.1, layers
+    )
 
 
-def saved(tmp_path, layer: int | None):
-    profile = Profile("m", "f" * 32, {"key": Entry("Which?", "readout", Bias(1.0, np.zeros(K)), readout(layer))})
+def saved(tmp_path, layers: tuple[int, ...]):
+    profile = Profile("m", "f" * 32, {"key": Entry("Which?", "readout", Bias(1.0, np.zeros(K)), readout(layers))})
     return profile, profile.save(tmp_path)
+
+
+def rewritten(folder, format: int, **arrays) -> Entry:
+    """The saved profile loaded after its file says `format` and its readout's layer arrays are `arrays`."""
+    body = json.loads((folder / PROFILE_FILE).read_text())
+    body["format"] = format
+    (folder / PROFILE_FILE).write_text(json.dumps(body))
+    with np.load(folder / "key.npz") as z:
+        kept = {name: z[name] for name in z.files if name not in ("layer", "layers")}
+    np.savez(folder / "key.npz", **kept, **arrays)
+    return Profile.load(folder).entries["key"]
 
 
 def states(seed: int = 1) -> dict[int, np.ndarray]:
@@ -28,33 +42,46 @@ def states(seed: int = 1) -> dict[int, np.ndarray]:
     return {layer: rng.normal(size=D) for layer in (2, 5, 7)}
 
 
-def test_a_readout_round_trips_with_its_layer(tmp_path):
-    profile, folder = saved(tmp_path, 5)
+def test_a_readout_round_trips_with_its_layers(tmp_path):
+    profile, folder = saved(tmp_path, (2, 7))
     loaded = Profile.load(folder).entries["key"]
-    assert loaded.readout.layer == 5
+    assert loaded.readout.layers == (2, 7)
     ll, h = np.array([0.0, -1.0, -3.0]), states()
     np.testing.assert_allclose(loaded.probabilities(ll, h), profile.entries["key"].probabilities(ll, h))
-    want = readout(5).probabilities(h[5][None], np.log(np.exp(ll) / np.exp(ll).sum())[None])[0]
+    log_probs = np.log(np.exp(ll) / np.exp(ll).sum())[None]
+    want = readout((2, 7)).probabilities(np.concatenate([h[2], h[7]])[None], log_probs)[0]
     np.testing.assert_allclose(loaded.probabilities(ll, h), want)
+    assert not np.allclose(loaded.probabilities(ll, h), loaded.probabilities(ll, {2: h[7], 7: h[2]}))
+
+
+def test_a_readout_missing_one_of_its_layers_answers_with_the_bias(tmp_path):
+    _, folder = saved(tmp_path, (2, 7))
+    entry = Profile.load(folder).entries["key"]
+    ll, h = np.array([0.0, -1.0, -3.0]), states()
+    want = entry.bias.probabilities(np.log(np.exp(ll) / np.exp(ll).sum())[None])[0]
+    np.testing.assert_allclose(entry.probabilities(ll, {2: h[2], 5: h[5]}), want)
+
+
+def test_a_format_2_profile_reads_its_one_layer(tmp_path):
+    _, folder = saved(tmp_path, (5,))
+    entry = rewritten(folder, 2, layer=np.int64(5))
+    assert entry.readout.layers == (5,)
+    ll, h = np.array([0.0, -1.0, -3.0]), states()
+    np.testing.assert_allclose(entry.probabilities(ll, h), entry.probabilities(ll, {5: h[5]}))
+    assert rewritten(folder, 2, layer=np.int64(-1)).readout.layers == ()
 
 
 def test_a_format_1_profile_reads_the_last_layer(tmp_path):
-    _, folder = saved(tmp_path, 5)
-    body = json.loads((folder / PROFILE_FILE).read_text())
-    body["format"] = 1
-    (folder / PROFILE_FILE).write_text(json.dumps(body))
-    with np.load(folder / "key.npz") as z:
-        arrays = {name: z[name] for name in z.files if name != "layer"}
-    np.savez(folder / "key.npz", **arrays)
-    entry = Profile.load(folder).entries["key"]
-    assert entry.readout.layer is None
+    _, folder = saved(tmp_path, (5,))
+    entry = rewritten(folder, 1)
+    assert entry.readout.layers == ()
     ll, h = np.array([0.0, -1.0, -3.0]), states()
     np.testing.assert_allclose(entry.probabilities(ll, h), entry.probabilities(ll, {7: h[7]}))
     assert not np.allclose(entry.probabilities(ll, h), entry.probabilities(ll, {7: h[5]}))
 
 
 def test_a_profile_of_a_newer_format_is_refused(tmp_path):
-    _, folder = saved(tmp_path, 5)
+    _, folder = saved(tmp_path, (5,))
     body = json.loads((folder / PROFILE_FILE).read_text())
     body["format"] = 99
     (folder / PROFILE_FILE).write_text(json.dumps(body))
