@@ -27,10 +27,10 @@ inline StridedHeads heads_view(const FloatHeads& a, const char* name, int dim) {
     return {a.data(), static_cast<int64_t>(a.strides(0) / sizeof(float)), static_cast<int64_t>(a.strides(1) / sizeof(float))};
 }
 
-// softmax(q kᵀ · scale + mask) v with the products through `gemm` (null: the process's cblas_sgemm).
+// softmax(q kᵀ · scale + mask) v with the products on `operands` (null: float32 through the process's cblas_sgemm).
 inline py::array_t<float> bound_attention(const FloatHeads& q, const FloatHeads& k, const FloatHeads& v, float scale,
                                           const std::optional<FloatHeads>& bias, int64_t causal_offset, int64_t shared,
-                                          Gemm gemm) {
+                                          const Operands* operands) {
     if (q.ndim() != 3 || k.ndim() != 3) throw std::invalid_argument("q, k, v must be [heads, rows, dim]");
     AttentionInput in{};
     in.heads = static_cast<int>(q.shape(0));
@@ -47,7 +47,7 @@ inline py::array_t<float> bound_attention(const FloatHeads& q, const FloatHeads&
     }
     in.scale = scale;
     in.causal_offset = causal_offset;
-    in.gemm = gemm;
+    in.operands = operands;
     if (bias) {
         if (bias->ndim() != 2 || bias->shape(0) != in.length || bias->shape(1) != in.span ||
             (in.span > 1 && bias->strides(1) != sizeof(float)) || bias->strides(0) % sizeof(float) != 0 || bias->strides(0) < 0) {

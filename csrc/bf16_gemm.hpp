@@ -1,11 +1,13 @@
-// A decide::Gemm (csrc/kernels.hpp) in bfloat16: A and B rounded to bf16, multiplied by oneDNN with float32
-// accumulation (AVX512-BF16 / AMX where the CPU has them: oneDNN's JIT picks the kernel at run time).
-// Run on the calling thread only: the attention kernel's own threads share out its tiles.
+// The operands of an attention's products (csrc/kernels.hpp) in bfloat16: rounded to bf16 and multiplied
+// by oneDNN with float32 accumulation (AVX512-BF16 / AMX where the CPU has them: oneDNN's JIT picks the
+// kernel at run time; bf16-rounded float32 GEMMs where it has no bf16 kernels, see onednn_engine.hpp).
+// Each GEMM runs on its calling thread only: the attention kernel's own threads share out its tiles.
 #pragma once
+
+#include "kernels.hpp"
 
 namespace decide {
 
-void bf16_gemm(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-               float* c, int ldc);
+const Operands* bf16_operands();
 
 }  // namespace decide

@@ -25,14 +25,58 @@ SgemmFn sgemm() {
     return fn;
 }
 
-// in.gemm if set, else the BLAS: C = A · B (or A · Bᵀ) + beta · C, row-major.
-void product(const AttentionInput& in, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
+// in.operands' GEMM if set, else the BLAS: C = A · B (or A · Bᵀ) + beta · C, row-major.
+void product(const AttentionInput& in, bool trans_b, int m, int n, int k, const void* a, int lda, const void* b,
              int ldb, float beta, float* c, int ldc) {
-    if (in.gemm) {
-        in.gemm(trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    if (in.operands) {
+        in.operands->gemm(trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
     } else {
-        sgemm()(kRowMajor, kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc);
+        sgemm()(kRowMajor, kNoTrans, trans_b ? kTrans : kNoTrans, m, n, k, 1.0f, static_cast<const float*>(a), lda,
+                static_cast<const float*>(b), ldb, beta, c, ldc);
     }
+}
+
+// Rows of products' operands: `stride` elements apart, `bytes` each.
+struct OperandRows {
+    const unsigned char* data;
+    int64_t stride;
+    size_t bytes;
+    const void* row(int64_t r) const { return data + static_cast<size_t>(r * stride) * bytes; }
+};
+
+// One KV head's keys and values as the products take them, and its values in float32 (a forest's own
+// keys' weighted sums are added up here, in float32).
+struct HeadOperands {
+    OperandRows keys, values;
+    const float* float_values;
+    int64_t float_value_stride;
+};
+
+// k or v [kv_heads, span, dim] as operands. Without in.operands, the float32 rows as they are. Else
+// converted once per call: in one piece, strides kept, where the heads fill their memory without gaps
+// (MLX's heads of one sequence do), else row by row into [kv_heads, span, dim].
+std::vector<OperandRows> head_operands(const AttentionInput& in, const StridedHeads& x, std::vector<unsigned char>& store) {
+    std::vector<OperandRows> heads;
+    const auto at = [&](int g, int r) { return x.data + g * x.head_stride + r * x.row_stride; };
+    if (!in.operands) {
+        for (int g = 0; g < in.kv_heads; ++g) heads.push_back({reinterpret_cast<const unsigned char*>(at(g, 0)), x.row_stride, sizeof(float)});
+        return heads;
+    }
+    const size_t bytes = in.operands->bytes, count = static_cast<size_t>(in.kv_heads) * in.span * in.dim;
+    const int64_t last = (in.kv_heads - 1) * x.head_stride + (in.span - 1) * x.row_stride + in.dim - 1;
+    const bool gapless = x.head_stride > 0 && x.row_stride > 0 && static_cast<size_t>(last) + 1 == count;
+    store.resize(count * bytes);
+    if (gapless) {
+        in.operands->convert(x.data, store.data(), count);
+        for (int g = 0; g < in.kv_heads; ++g) heads.push_back({store.data() + g * x.head_stride * bytes, x.row_stride, bytes});
+        return heads;
+    }
+    for (int g = 0; g < in.kv_heads; ++g) {
+        unsigned char* head = store.data() + static_cast<size_t>(g) * in.span * in.dim * bytes;
+        for (int r = 0; r < in.span; ++r) in.operands->convert(at(g, r), head + static_cast<size_t>(r) * in.dim * bytes, in.dim);
+        heads.push_back({head, in.dim, bytes});
+    }
+    return heads;
 }
 
 // A tile is 64 query rows of each query head of a KV group; its dense keys are taken 512 at a time:
@@ -149,6 +193,7 @@ struct Tile {
 
 struct Buffers {
     std::vector<float> queries, scores, sparse, values;
+    std::vector<unsigned char> query_operands, score_operands;  // with in.operands: queries and scores converted
     int score_stride = 0;
     std::vector<float> top, total;          // per tile row: running max, softmax sum
     std::vector<float> union_scores;        // the tile's rows against the union of their sparse columns
@@ -189,12 +234,12 @@ inline float raise_top(float& running, float top) {
 
 // The tile's dense columns, kBlockCols at a time (online softmax): each block's scores stay in cache
 // between the two products. Blocks start at fixed columns, so a row's result does not depend on the tile.
-void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const float* keys, const float* vals) {
+void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const HeadOperands& head, const void* queries) {
     const int m = in.heads / in.kv_heads * t.rows, d = in.dim;
     for (int c0 = 0; c0 < t.cols; c0 += kBlockCols) {
         const int cb = std::min(kBlockCols, t.cols - c0);
-        product(in, true, m, cb, d, b.queries.data(), d, keys + c0 * in.k.row_stride, static_cast<int>(in.k.row_stride),
-                0.0f, b.scores.data(), b.score_stride);
+        product(in, true, m, cb, d, queries, d, head.keys.row(c0), static_cast<int>(head.keys.stride), 0.0f,
+                b.scores.data(), b.score_stride);
         for (int r = 0; r < m; ++r) {
             const int i = r % t.rows, row = t.first_row + i;
             float* line = b.scores.data() + static_cast<size_t>(r) * b.score_stride;
@@ -216,15 +261,24 @@ void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const flo
             std::fill(line + visible, line + cb, 0.0f);
             if (factor != 1.0f) scale_row(b.values.data() + static_cast<size_t>(r) * d, d, factor);
         }
-        product(in, false, m, d, cb, b.scores.data(), b.score_stride, vals + c0 * in.v.row_stride,
-                static_cast<int>(in.v.row_stride), c0 == 0 ? 0.0f : 1.0f, b.values.data(), d);
+        const void* weights = b.scores.data();
+        if (in.operands) {
+            const size_t bytes = in.operands->bytes;
+            for (int r = 0; r < m; ++r) {
+                const size_t at = static_cast<size_t>(r) * b.score_stride;
+                in.operands->convert(b.scores.data() + at, b.score_operands.data() + at * bytes, cb);
+            }
+            weights = b.score_operands.data();
+        }
+        product(in, false, m, d, cb, weights, b.score_stride, head.values.row(c0), static_cast<int>(head.values.stride),
+                c0 == 0 ? 0.0f : 1.0f, b.values.data(), d);
     }
 }
 
 // Under a bias, the rows' own (sparse) columns after the shared ones: scored through the BLAS against
 // the tile's union of them, but each row's softmax sum and weighted values are summed here, in column order.
-void attend_sparse(const AttentionInput& in, const Tile& t, const SparseColumns& sparse, Buffers& b, const float* keys,
-                   const float* vals) {
+void attend_sparse(const AttentionInput& in, const Tile& t, const SparseColumns& sparse, Buffers& b,
+                   const HeadOperands& head, const void* queries) {
     const int group = in.heads / in.kv_heads, m = group * t.rows, d = in.dim;
     int widest = 0;
     for (int i = 0; i < t.real; ++i) widest = std::max(widest, sparse.count(t.first_row + i));
@@ -237,8 +291,8 @@ void attend_sparse(const AttentionInput& in, const Tile& t, const SparseColumns&
     for (int u = 0; u < width;) {
         int end = u + 1;
         while (end < width && b.columns[end] == b.columns[end - 1] + 1) ++end;
-        product(in, true, m, end - u, d, b.queries.data(), d, keys + b.columns[u] * in.k.row_stride,
-                static_cast<int>(in.k.row_stride), 0.0f, b.union_scores.data() + u, width);
+        product(in, true, m, end - u, d, queries, d, head.keys.row(b.columns[u]), static_cast<int>(head.keys.stride),
+                0.0f, b.union_scores.data() + u, width);
         u = end;
     }
     for (int r = 0; r < m; ++r) {
@@ -258,12 +312,13 @@ void attend_sparse(const AttentionInput& in, const Tile& t, const SparseColumns&
         b.total[r] *= factor;
         numerators(extra, n, top);
         for (int e = 0; e < n; ++e) b.total[r] += extra[e];  // in column order
-        add_sparse_values(acc, vals, in.v.row_stride, cols, extra, n, d);
+        add_sparse_values(acc, head.float_values, head.float_value_stride, cols, extra, n, d);
     }
 }
 
 // One tile: `rows` query rows of every query head of one KV group.
-void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* sparse, Buffers& b, float* out) {
+void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* sparse, const HeadOperands& head,
+                 Buffers& b, float* out) {
     const int group = in.heads / in.kv_heads, d = in.dim, m = group * t.rows;
     for (int h = 0; h < group; ++h) {
         for (int i = 0; i < t.rows; ++i) {
@@ -276,13 +331,16 @@ void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* s
             for (int c = 0; c < d; ++c) dst[c] = src[c] * in.scale;
         }
     }
-    const float* keys = in.k.data + t.kv_head * in.k.head_stride;
-    const float* vals = in.v.data + t.kv_head * in.v.head_stride;
+    const void* queries = b.queries.data();
+    if (in.operands) {
+        in.operands->convert(b.queries.data(), b.query_operands.data(), static_cast<size_t>(m) * d);
+        queries = b.query_operands.data();
+    }
     std::fill(b.top.begin(), b.top.begin() + m, kMinusInf);
     std::fill(b.total.begin(), b.total.begin() + m, 0.0f);
     std::fill(b.values.begin(), b.values.begin() + static_cast<size_t>(m) * d, 0.0f);
-    attend_dense(in, t, b, keys, vals);
-    if (sparse) attend_sparse(in, t, *sparse, b, keys, vals);
+    attend_dense(in, t, b, head, queries);
+    if (sparse) attend_sparse(in, t, *sparse, b, head, queries);
     for (int h = 0; h < group; ++h) {
         for (int i = 0; i < t.real; ++i) {
             const int r = h * t.rows + i;
@@ -359,6 +417,13 @@ void attention(const AttentionInput& in, float* out) {
         }
     }
     const std::optional<SparseColumns> sparse = in.bias ? std::optional<SparseColumns>(in) : std::nullopt;
+    std::vector<unsigned char> key_store, value_store;
+    const std::vector<OperandRows> keys = head_operands(in, in.k, key_store), values = head_operands(in, in.v, value_store);
+    std::vector<HeadOperands> heads;
+    for (int g = 0; g < in.kv_heads; ++g) {
+        heads.push_back({keys[g], values[g], in.v.data + g * in.v.head_stride, in.v.row_stride});
+    }
+    const size_t operand_bytes = in.operands ? in.operands->bytes : 0;
     std::vector<std::exception_ptr> errors(1);
     auto work = [&](size_t worker, size_t workers) {
         try {
@@ -368,12 +433,14 @@ void attention(const AttentionInput& in, float* out) {
             // As wide as the widest block, and not a power of two (rows 2 KiB apart would share cache sets).
             b.score_stride = (std::min(kBlockCols, std::max(dense, 1)) + kLanes - 1) / kLanes * kLanes + kLanes;
             b.scores.resize(m * b.score_stride);
+            b.query_operands.resize(m * in.dim * operand_bytes);
+            b.score_operands.resize(m * b.score_stride * operand_bytes);
             b.values.resize(m * in.dim);
             b.top.resize(m);
             b.total.resize(m);
             b.position.assign(in.bias ? in.span : 0, -1);
             for (size_t i = worker; i < tiles.size(); i += workers) {  // interleaved: later causal tiles cost more
-                attend_tile(in, tiles[i], sparse ? &*sparse : nullptr, b, out);
+                attend_tile(in, tiles[i], sparse ? &*sparse : nullptr, heads[tiles[i].kv_head], b, out);
             }
         } catch (...) {
             errors[worker] = std::current_exception();

@@ -18,10 +18,16 @@ struct StridedHeads {  // float32 [heads, rows, dim], the last axis contiguous; 
     int64_t row_stride;
 };
 
-// C[m, n] = A[m, k] · B + beta · C (beta 0 or 1), all float32 row-major with the given row strides; B is
-// [k, n], or [n, k] used transposed when trans_b. An attention's products go through one of these.
-using Gemm = void (*)(bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-                      float* c, int ldc);
+// The element type an attention's two products take their operands in, and the GEMM on them:
+// C[m, n] = A[m, k] · B + beta · C (beta 0 or 1), row-major with row strides in elements; B is [k, n], or
+// [n, k] used transposed when trans_b; C float32. The kernel converts q · scale, k and v once per call
+// and the softmax numerators once per block, so the GEMM sees ready operands.
+struct Operands {
+    size_t bytes;                                           // per element (2 for bf16 bits)
+    void (*convert)(const float* in, void* out, size_t n);  // float32 → operands (rounding)
+    void (*gemm)(bool trans_b, int m, int n, int k, const void* a, int lda, const void* b, int ldb, float beta,
+                 float* c, int ldc);
+};
 
 struct AttentionInput {
     StridedHeads q;  // [heads, length, dim]
@@ -33,12 +39,13 @@ struct AttentionInput {
     int64_t bias_row_stride;  //   then query i sees the keys j <= i + causal_offset
     int64_t causal_offset;
     int shared;  // with a bias: keys [0, shared) are seen by every query (a forest's cached prefix)
-    Gemm gemm = nullptr;  // the products (decide::bf16_gemm: bfloat16 through oneDNN); null: cblas_sgemm
+    const Operands* operands = nullptr;  // the products' (decide::bf16_operands()); null: float32 through
+                                         // cblas_sgemm, on q, k and v as they are
 };
 
 // True when a cblas_sgemm is in the process's global symbol scope (an optimized BLAS loaded
 // RTLD_GLOBAL, see decide/runtime.py). attention() must not be called otherwise (its threads are
-// counted from the BLAS's, and without `in.gemm` its products are the BLAS's).
+// counted from the BLAS's, and without `in.operands` its products are the BLAS's).
 bool attention_available();
 
 // out: float32 [heads, length, dim], contiguous.

@@ -111,7 +111,7 @@ PYBIND11_MODULE(_onednn, m) {
         "attention",
         [](const decide::FloatHeads& q, const decide::FloatHeads& k, const decide::FloatHeads& v, float scale,
            const std::optional<decide::FloatHeads>& bias, int64_t causal_offset, int64_t shared) {
-            return decide::bound_attention(q, k, v, scale, bias, causal_offset, shared, decide::bf16_gemm);
+            return decide::bound_attention(q, k, v, scale, bias, causal_offset, shared, decide::bf16_operands());
         },
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("bias"), py::arg("causal_offset") = 0,
         py::arg("shared") = 0,

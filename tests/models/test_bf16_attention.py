@@ -86,6 +86,39 @@ def test_tree_masked_attention_equals_the_reference(shape, length, shared, own, 
     assert_close(got, reference_attention(q, k, v, 0.125, visible), v)
 
 
+def layouts(x: np.ndarray) -> dict[str, np.ndarray]:
+    """The same [heads, span, dim] values in memory layouts a caller may hand over (the kernel converts k and v
+    to bf16 once per call: in one piece where the heads fill their memory without gaps, else row by row)."""
+    heads, span, dim = x.shape
+    padded = np.zeros((heads, span + 3, dim + 5), np.float32)
+    padded[:, 1 : span + 1, 2 : dim + 2] = x
+    spaced = np.zeros((heads, 2 * span, dim), np.float32)
+    spaced[:, ::2] = x
+    return {
+        "contiguous": x,
+        "span-major (MLX's heads of one sequence)": np.ascontiguousarray(x.transpose(1, 0, 2)).transpose(1, 0, 2),
+        "padded rows": padded[:, 1 : span + 1, 2 : dim + 2],
+        "every other row": spaced[:, ::2],
+    }
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_key_and_value_layouts_give_the_same_result(bias):
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((6, 90, 16), dtype=np.float32)
+    k, v = (rng.standard_normal((3, 600, 16), dtype=np.float32) for _ in range(2))
+    mask = np.where(rng.random((90, 600)) < 0.5, 0.0, -np.inf).astype(np.float32) if bias else None
+    mask_args = dict(shared=500) if bias else dict(causal_offset=510)
+    if bias:
+        mask[:, :500] = 0.0
+    want = bf16_kernels.attention(q, k, v, 0.25, mask, **mask_args)
+    for name, (kl, vl) in zip(layouts(k), zip(layouts(k).values(), layouts(v).values())):
+        assert np.array_equal(kl, k) and np.array_equal(vl, v)
+        got = bf16_kernels.attention(q, kl, vl, 0.25, mask, **mask_args)
+        # the same bf16 operands; only the GEMM's order of sums may differ with the row stride
+        np.testing.assert_allclose(got, want, atol=1e-5 * np.abs(v).max(), rtol=0, err_msg=name)
+
+
 def test_threads_give_the_same_result_every_time():
     """Two threads run tiles at once, each with its own oneDNN scratchpad: no row may pick up another's."""
     rng = np.random.default_rng(7)
