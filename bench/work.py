@@ -23,6 +23,7 @@ from mlx.utils import tree_flatten
 
 from decide.prompts import TokenizedQuestion
 from decide.runtime import mx
+from decide.scoring.adapter.hooks import Positions
 
 
 @dataclass
@@ -115,6 +116,8 @@ def counting_parts(parts, work: Work):
     def body(tokens: mx.array, cache=None):
         batch, length = tokens.shape
         offset = cache[0].offset if cache else 0
+        if isinstance(offset, Positions):
+            offset = offset.tokens
         if isinstance(offset, mx.array):  # a forest: per-token positions, each sees position + 1 keys
             work.tokens += batch * length
             work.keys += batch * int(mx.sum(offset.astype(mx.int64) + 1).item())
