@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from .work import ModelShape, Work, counting_parts, prompt_once_work, reference_
 
 PROB_TOL = 1e-4
 LL_TOL = 1e-3  # nats, on log-likelihood differences within a question
+ENGINE_ONLY = partial(DeciderOptions, calibration="none")
 BF16_PROB_TOL = 0.05  # bf16 against the float32 oracles (tests/server/test_bf16_models.py)
 BF16_LL_TOL = 0.5
 
@@ -83,9 +85,11 @@ class Harness:
         self.loaded = loaded
         self.full_oracles = full_oracles
         self.shape = ModelShape.of(loaded.model)
-        self.deciders = {s: Decider(loaded, DeciderOptions(scorer=s)) for s in ("reference", "prompt_once", "trie")}
+        # Calibration off: the rows measure the scorers. The default calibration (`temperature`) adds, once per
+        # new question, a scoring of it without input (its prior); it would land in whichever run comes first.
+        self.deciders = {s: Decider(loaded, ENGINE_ONLY(scorer=s)) for s in ("reference", "prompt_once", "trie")}
         if loaded_bf16 is not None:
-            self.deciders["trie_bf16"] = Decider(loaded_bf16, DeciderOptions(scorer="trie"))
+            self.deciders["trie_bf16"] = Decider(loaded_bf16, ENGINE_ONLY(scorer="trie"))
         self.trie_work = {name: Work() for name in ("trie", "trie_bf16")}
         for name, work in self.trie_work.items():
             trie = self.deciders[name].trie if name in self.deciders else None

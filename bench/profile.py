@@ -120,7 +120,7 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="keep the prefix cache (default: cleared first)")
     args = parser.parse_args()
     loaded = load_model(config.model())
-    decider = Decider(loaded, DeciderOptions(scorer="trie"))
+    decider = Decider(loaded, DeciderOptions(scorer="trie", calibration="none"))
     if decider.trie is None:
         raise SystemExit(f"{loaded.model_id}: the trie engine does not fit this model")
     request = CASES[args.case].build()

@@ -26,22 +26,22 @@ from decide.scoring.adapter import kernels
 from . import config
 from .cases import CASES
 
+ENGINE_ONLY = DeciderOptions(scorer="trie", calibration="none")  # no calibration prior in the first round
+
 
 def stock_rms_norm(norm) -> None:
     return None  # as decide.bf16._twin reads it: no twin, the norm stays
 
 
 def deciders(model: str, float32: bool = True) -> dict[str, Decider]:
-    runs = (
-        {"float32": Decider(load_model(model, precision="float32"), DeciderOptions(scorer="trie"))} if float32 else {}
-    )
+    runs = {"float32": Decider(load_model(model, precision="float32"), ENGINE_ONLY)} if float32 else {}
     with (
         patch.object(bf16, "FUSED_GROUPS", ()),
         patch.object(bf16, "NativeRMSNorm", stock_rms_norm),
         patch.object(kernels, "bf16_attention", kernels.native_attention),
     ):
-        before = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
-    now = Decider(load_model(model, precision="bfloat16"), DeciderOptions(scorer="trie"))
+        before = Decider(load_model(model, precision="bfloat16"), ENGINE_ONLY)
+    now = Decider(load_model(model, precision="bfloat16"), ENGINE_ONLY)
     return {**runs, "bf16 before": before, "bf16": now}
 
 
