@@ -67,7 +67,8 @@ class ServerConfig:
     # request's working set, buffers go back to malloc and come back page-faulted: at 256 MiB the 1.5B model's
     # ticket (890 MiB peak) took 0.3 s longer than in process.
     mlx_cache_bytes: int = 1 << 30
-    # [DECIDE_TUNE_MALLOC] two malloc arenas (glibc), so RSS does not creep with the number of threads.
+    # [DECIDE_TUNE_MALLOC] two malloc arenas (glibc), so RSS does not creep with the number of threads, and blocks below
+    # 1 GiB from the heap (above 32 MiB glibc maps each block anew, page faults included: see server/memory.py).
     tune_malloc: bool = True
     # [DECIDE_BACKGROUND_LOAD] load the model in the engine thread; /health says "loading" until it is ready.
     background_load: bool = True
