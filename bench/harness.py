@@ -33,7 +33,7 @@ from .work import ModelShape, Work, counting_parts, prompt_once_work, reference_
 
 PROB_TOL = 1e-4
 LL_TOL = 1e-3  # nats, on log-likelihood differences within a question
-ENGINE_ONLY = partial(DeciderOptions, calibration="none")
+ENGINE_ONLY = partial(DeciderOptions, calibration="none")  # the scorers alone: no calibration prior in a timed run
 BF16_PROB_TOL = 0.05  # bf16 against the float32 oracles (tests/server/test_bf16_models.py)
 BF16_LL_TOL = 0.5
 

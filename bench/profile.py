@@ -16,12 +16,13 @@ from dataclasses import replace
 
 import decide.runtime  # noqa: F401  (BLAS before mlx)
 import decide.scoring.trie as trie_module
-from decide.core import Decider, DeciderOptions
+from decide.core import Decider
 from decide.models import load_model
 from decide.runtime import mx
 
 from . import config
 from .cases import CASES
+from .harness import ENGINE_ONLY
 
 PHASES = ("build_forest", "forest_mask", "forest_forward", "row_logsumexp", "pair_logits", "candidate_scores")
 
@@ -120,7 +121,7 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="keep the prefix cache (default: cleared first)")
     args = parser.parse_args()
     loaded = load_model(config.model())
-    decider = Decider(loaded, DeciderOptions(scorer="trie", calibration="none"))
+    decider = Decider(loaded, ENGINE_ONLY(scorer="trie"))
     if decider.trie is None:
         raise SystemExit(f"{loaded.model_id}: the trie engine does not fit this model")
     request = CASES[args.case].build()

@@ -19,14 +19,13 @@ from unittest.mock import patch
 
 import decide.runtime  # noqa: F401  (BLAS before mlx)
 from decide import bf16
-from decide.core import Decider, DeciderOptions
+from decide.core import Decider
 from decide.models import load_model
 from decide.scoring.adapter import kernels
 
 from . import config
 from .cases import CASES
-
-ENGINE_ONLY = DeciderOptions(scorer="trie", calibration="none")  # no calibration prior in the first round
+from .harness import ENGINE_ONLY
 
 
 def stock_rms_norm(norm) -> None:
@@ -34,14 +33,14 @@ def stock_rms_norm(norm) -> None:
 
 
 def deciders(model: str, float32: bool = True) -> dict[str, Decider]:
-    runs = {"float32": Decider(load_model(model, precision="float32"), ENGINE_ONLY)} if float32 else {}
+    runs = {"float32": Decider(load_model(model, precision="float32"), ENGINE_ONLY(scorer="trie"))} if float32 else {}
     with (
         patch.object(bf16, "FUSED_GROUPS", ()),
         patch.object(bf16, "NativeRMSNorm", stock_rms_norm),
         patch.object(kernels, "bf16_attention", kernels.native_attention),
     ):
-        before = Decider(load_model(model, precision="bfloat16"), ENGINE_ONLY)
-    now = Decider(load_model(model, precision="bfloat16"), ENGINE_ONLY)
+        before = Decider(load_model(model, precision="bfloat16"), ENGINE_ONLY(scorer="trie"))
+    now = Decider(load_model(model, precision="bfloat16"), ENGINE_ONLY(scorer="trie"))
     return {**runs, "bf16 before": before, "bf16": now}
 
 
