@@ -2,6 +2,7 @@
 
     request thread ── prepare (validate, tokenize, context check) ── submit ──► queue (≤ max_pending)
                                                                       full: Overloaded (429) at once
+                   same request already queued or running: follow that job (one computation)
     engine thread  ◄── take the oldest job + whatever else fits the batch budget
                    ──► drop jobs whose deadline passed or whose client left: they never run
                    ──► decider.decide_batch([...]) ──► each job's slot: Decision | DecideError
@@ -69,7 +70,9 @@ class Work:
 
 
 class Job:
-    """One queued request. States: queued → running → done, or queued → dropped."""
+    """One queued request. States: queued → running → done, or queued → dropped; a request equal to
+    one already queued or running is `following` it and ends with it (an SDK's retry of a request
+    that timed out on its side gets the first attempt's answer instead of computing it again)."""
 
     def __init__(self, work: Work, deadline: float, alive: Callable[[], bool]) -> None:
         self.work = work
@@ -82,6 +85,16 @@ class Job:
         self.batch_size = 0
         self.outcome: Outcome | None = None
         self.done = threading.Event()
+        self.followers: list[Job] = []
+
+    def finish(self, outcome: Outcome, state: str) -> list[Job]:
+        """Set the outcome of this job and of its followers; the jobs to wake (caller holds the lock)."""
+        self.outcome, self.state = outcome, state
+        self.finished = self.finished or time.monotonic()
+        for f in self.followers:
+            f.outcome, f.state, f.finished, f.batch_size = outcome, state, self.finished, self.batch_size
+            f.started = max(self.started, f.enqueued) if self.started else None  # it waited for the start only
+        return [self, *self.followers]
 
     @property
     def queue_seconds(self) -> float:
@@ -102,6 +115,9 @@ class EngineObserver:
         pass
 
     def batch(self, jobs: list[Job], seconds: float) -> None:
+        pass
+
+    def followed(self, job: Job) -> None:
         pass
 
 
@@ -125,7 +141,7 @@ class Engine:
         self._on_load_error = on_load_error
         self.observer = observer or EngineObserver()
         self._queue: deque[Job] = deque()
-        self.running = 0  # jobs in the batch being decided now
+        self._batch: list[Job] = []  # the jobs being decided now
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._main, name="decide-engine", daemon=True)
@@ -145,6 +161,10 @@ class Engine:
     @property
     def queue_depth(self) -> int:
         return len(self._queue)
+
+    @property
+    def running(self) -> int:
+        return len(self._batch)
 
     def ready_decider(self) -> DeciderLike:
         """The decider, or Unavailable (503) while it loads or after it failed to."""
@@ -169,6 +189,11 @@ class Engine:
         self.ready_decider()
         job = Job(work, deadline, alive)
         with self._cond:
+            if (leader := self._same(work.request)) is not None:
+                job.state = "following"
+                leader.followers.append(job)
+                self.observer.followed(job)
+                return job
             if len(self._queue) >= self.options.max_pending:
                 self.observer.rejected("queue_full")
                 raise Overloaded(self.options.retry_after_s)
@@ -176,9 +201,13 @@ class Engine:
             self._cond.notify()
         return job
 
+    def _same(self, request: DecisionRequest) -> Job | None:
+        """A queued or running job of an equal request (caller holds the lock)."""
+        return next((j for j in (*self._batch, *self._queue) if j.work.request == request), None)
+
     def wait(self, job: Job, poll: float = 0.25) -> Decision:
         """The job's decision (or its error, raised). A job still queued at its deadline, or whose
-        client is gone, is taken off the queue and never runs."""
+        client is gone (and no follower's is still waiting), is taken off the queue and never runs."""
         while not job.done.wait(self._slice(job, poll)):
             if reason := self._stale(job):
                 self._drop_if_queued(job, reason)
@@ -199,17 +228,16 @@ class Engine:
                 self._drop(job, reason)
 
     def _drop(self, job: Job, reason: str) -> None:
-        """Finish a job that never ran (caller holds the lock)."""
-        job.state = "dropped"
-        job.finished = time.monotonic()
+        """Finish a job that never ran, and its followers (caller holds the lock)."""
         message = (
             "the request waited in the queue past its deadline; retry shortly"
             if reason == "deadline"
             else "the client closed the connection"
         )
-        job.outcome = Unavailable(message, "queue_timeout", self.options.retry_after_s)
+        woken = job.finish(Unavailable(message, "queue_timeout", self.options.retry_after_s), "dropped")
         self.observer.dropped(job, reason)
-        job.done.set()
+        for j in woken:
+            j.done.set()
 
     # ------------------------------------------------------------ engine-thread side
 
@@ -256,7 +284,7 @@ class Engine:
                 batch.append(job)
                 tokens += job.work.tokens
                 questions += job.work.questions
-            self.running = len(batch)
+            self._batch = batch
             return batch
 
     def _fits(self, tokens: int, questions: int) -> bool:
@@ -264,6 +292,13 @@ class Engine:
 
     @staticmethod
     def _stale(job: Job) -> str | None:
+        """Why no one waits for `job` any more: its deadline passed or its client left, and the same
+        holds for each of its followers; None while someone waits."""
+        reasons = [Engine._gone(j) for j in (job, *job.followers)]
+        return None if None in reasons else reasons[0]
+
+    @staticmethod
+    def _gone(job: Job) -> str | None:
         if time.monotonic() >= job.deadline:
             return "deadline"
         return None if job.alive() else "client_gone"
@@ -274,11 +309,14 @@ class Engine:
         started = time.monotonic()
         outcomes = self._decide([job.work.runnable for job in batch])
         finished = time.monotonic()
-        for job, outcome in zip(batch, outcomes):
-            job.outcome, job.finished, job.batch_size, job.state = outcome, finished, len(batch), "done"
-        self.running = 0
+        with self._cond:  # no job may start following one of these after it was woken
+            woken = []
+            for job, outcome in zip(batch, outcomes):
+                job.finished, job.batch_size = finished, len(batch)
+                woken += job.finish(outcome, "done")
+            self._batch = []
         self.observer.batch(batch, finished - started)
-        for job in batch:
+        for job in woken:
             job.done.set()
 
     def _decide(self, requests: list[Any]) -> list[Outcome]:

@@ -53,6 +53,11 @@ class Metrics(EngineObserver):
         )
         self.refusals = Counter("decide_rejected", "Requests refused at admission", ["reason"], registry=r)
         self.drops = Counter("decide_dropped", "Queued requests dropped before they ran", ["reason"], registry=r)
+        self.followed_requests = Counter(
+            "decide_followed",
+            "Requests answered by the computation of an equal request already queued or running (retries)",
+            registry=r,
+        )
 
     def watch(self, engine: Engine) -> None:
         self.registry.register(_EngineCollector(engine))
@@ -74,6 +79,9 @@ class Metrics(EngineObserver):
     def dropped(self, job: Job, reason: str) -> None:
         self.drops.labels(reason).inc()
         self.queue_wait.observe(job.queue_seconds)
+
+    def followed(self, job: Job) -> None:
+        self.followed_requests.inc()
 
     def batch(self, jobs: list[Job], seconds: float) -> None:
         self.compute.observe(seconds)

@@ -1,5 +1,6 @@
 """The real `gunicorn wsgi:app`: a killed worker comes back, a bad model stops the server with its
-reason, a client that hangs up is never computed, keys never reach the logs, errors stay JSON."""
+reason, a client that hangs up is never computed, an SDK's retry of a request still computing gets its
+answer, keys never reach the logs, errors stay JSON."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 from server_process import ServerProcess, tiny_model_env
+from typesafe_sdk import Noul, RetryPolicy, TypeSafeClient
 from wire_samples import openai_body, systemone_body
 
 KEY = "resilience-key-5c1e"
@@ -118,3 +120,25 @@ def test_a_client_that_hangs_up_while_queued_is_never_computed(tmp_path: Path) -
         metrics = server.metrics()
         assert metrics["decide_batch_requests_sum"] == 2  # the held request and the last one; never the one that left
         assert metrics[dropped] == 1
+
+
+def test_an_sdk_retry_of_a_request_still_computing_gets_its_answer(tmp_path: Path) -> None:
+    """The TypeSafe SDK gives up on an attempt after its timeout and sends the request again; the
+    retry follows the first attempt, still computing, instead of queueing to compute it once more."""
+    gate = tmp_path / "open"
+    with ServerProcess.start("fake_wsgi:app", env={"FAKE_GATE_FILE": str(gate), "DECIDE_API_KEY": ""}) as server:
+
+        def open_once_the_retry_follows() -> None:
+            wait_for(lambda: server.metrics().get("decide_followed_total") == 1)
+            gate.touch()
+
+        opener = threading.Thread(target=open_once_the_retry_follows)
+        opener.start()
+        retry = RetryPolicy(max_retries=3, backoff_initial=0.1, backoff_max=0.2, timeout=None)
+        with TypeSafeClient(api_key="unused", base_url=server.url, timeout=1.0, retry=retry) as client:
+            answer = client.system_one(state="Refund me, please.", questions={"refund": Noul(instructions="Refund?")})
+        opener.join(60)
+        assert 0.0 <= answer.nouls["refund"].noul <= 1.0
+        metrics = server.metrics()
+        assert metrics["decide_followed_total"] == 1
+        assert metrics["decide_batch_requests_sum"] == 1  # computed once, for both attempts

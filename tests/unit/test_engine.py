@@ -34,6 +34,7 @@ class Observed:
         self.rejected_list: list[str] = []
         self.dropped_list: list[str] = []
         self.batch_sizes: list[int] = []
+        self.followed_count = 0
 
     def rejected(self, reason: str) -> None:
         self.rejected_list.append(reason)
@@ -43,6 +44,9 @@ class Observed:
 
     def batch(self, jobs, seconds: float) -> None:
         self.batch_sizes.append(len(jobs))
+
+    def followed(self, job) -> None:
+        self.followed_count += 1
 
 
 def held_engine(**options) -> tuple[Engine, FakeDecider, Observed]:
@@ -154,6 +158,76 @@ def test_a_waiting_request_notices_its_client_left_and_frees_its_slot() -> None:
     assert job.state == "dropped" and engine.queue_depth == 0
     engine.submit(work(request("takes the freed slot")), deadline())  # no Overloaded
     decider.gate.set()
+    engine.stop()
+
+
+# ---------------------------------------------------------------- equal requests
+
+
+def texts(decider: FakeDecider) -> list[str]:
+    return [r.input[0].text for r in decider.calls]
+
+
+def test_an_equal_request_follows_the_running_one_and_gets_its_answer() -> None:
+    engine, decider, seen = held_engine()
+    first = occupy(engine, decider)
+    again = engine.submit(work(request("occupying the engine")), deadline())
+    other = engine.submit(work(request("occupying the engine", n_questions=2)), deadline())  # not equal
+    assert (again.state, other.state, engine.queue_depth) == ("following", "queued", 1)
+    decider.gate.set()
+    assert engine.wait(again) is engine.wait(first)
+    assert engine.wait(other) != engine.wait(first)
+    assert texts(decider) == ["occupying the engine"] * 2 and seen.followed_count == 1
+    assert again.batch_size == first.batch_size == 1 and again.queue_seconds == 0
+    assert 0 < again.compute_seconds <= first.compute_seconds
+    engine.stop()
+
+
+def test_equal_queued_requests_are_computed_once() -> None:
+    engine, decider, seen = held_engine()
+    occupy(engine, decider)
+    jobs = [engine.submit(work(request("asked three times")), deadline()) for _ in range(3)]
+    assert [j.state for j in jobs] == ["queued", "following", "following"] and engine.queue_depth == 1
+    decider.gate.set()
+    answers = [engine.wait(j) for j in jobs]
+    assert answers[0].answers and all(a is answers[0] for a in answers)
+    assert texts(decider) == ["occupying the engine", "asked three times"] and decider.batches == [1, 1]
+    engine.stop()
+
+
+def test_a_follower_keeps_a_queued_request_whose_own_client_left_or_expired() -> None:
+    engine, decider, seen = held_engine()
+    occupy(engine, decider)
+    gone = engine.submit(work(request("first attempt")), deadline(0.01), alive=lambda: False)
+    retry = engine.submit(work(request("first attempt")), deadline())
+    time.sleep(0.05)
+    decider.gate.set()
+    assert engine.wait(retry).answers and engine.wait(gone) is engine.wait(retry)
+    assert texts(decider) == ["occupying the engine", "first attempt"] and seen.dropped_list == []
+    engine.stop()
+
+
+def test_a_request_no_one_waits_for_is_dropped_with_its_followers() -> None:
+    engine, decider, seen = held_engine()
+    occupy(engine, decider)
+    jobs = [engine.submit(work(request("abandoned")), deadline(), alive=lambda: False) for _ in range(2)]
+    decider.gate.set()
+    for job in jobs:
+        with pytest.raises(Unavailable):
+            engine.wait(job)
+    assert [j.state for j in jobs] == ["dropped", "dropped"] and seen.dropped_list == ["client_gone"]
+    assert "abandoned" not in texts(decider)
+    engine.stop()
+
+
+def test_a_request_equal_to_a_finished_one_is_computed_again() -> None:
+    engine, decider, _ = held_engine()
+    decider.gate.set()
+    first = engine.submit(work(request("twice, one after the other")), deadline())
+    engine.wait(first)
+    second = engine.submit(work(request("twice, one after the other")), deadline())
+    assert second.state != "following"
+    assert engine.wait(second).answers and texts(decider) == ["twice, one after the other"] * 2
     engine.stop()
 
 

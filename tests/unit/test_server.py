@@ -378,7 +378,8 @@ def test_full_queue_is_429_with_retry_after() -> None:
     held[1].start()
     while app.extensions["decide"].engine.queue_depth < 1:
         time.sleep(0.01)
-    r = client.post("/v1/decisions", json=openai_body())
+    # Other requests: one equal to a queued or running request would follow it instead (test_engine).
+    r = client.post("/v1/decisions", json=openai_body(input="A third ticket."))
     assert (r.status_code, r.headers["Retry-After"], r.headers["retry-after-ms"]) == (429, "2", "2000")
     assert openai_error(r) | {"message": ""} == {
         "message": "",
@@ -386,7 +387,7 @@ def test_full_queue_is_429_with_retry_after() -> None:
         "param": None,
         "code": "rate_limit_exceeded",
     }
-    r = client.post("/v1/systemone", json=systemone_body())
+    r = client.post("/v1/systemone", json=systemone_body(state="A fourth ticket."))
     assert (r.status_code, systemone_error(r)["error_type"]) == (429, "rate_limit_error")
     decider.gate.set()
     for t in held:
@@ -591,7 +592,9 @@ def test_a_request_still_queued_at_its_deadline_is_503_and_never_runs() -> None:
     r = client.post("/v1/systemone", json=systemone_body(state="queued behind a slow one"))
     assert (r.status_code, systemone_error(r)["error_type"], r.headers["Retry-After"]) == (503, "overloaded_error", "1")
     # the OpenAI SDK's own timeout header shortens the deadline further
-    r = client.post("/v1/decisions", json=openai_body(), headers={"x-stainless-read-timeout": "0.05"})
+    r = client.post(
+        "/v1/decisions", json=openai_body(input="also queued behind it"), headers={"x-stainless-read-timeout": "0.05"}
+    )
     assert (r.status_code, openai_error(r)["code"]) == (503, "queue_timeout")
     decider.gate.set()
     first.join(10)
