@@ -6,7 +6,10 @@ Two servers in one run, the same model: `batched` (the default engine: requests 
 forward passes) and `serial` (DECIDE_BATCH_MAX_TOKENS=1: one request per pass). Two workloads:
 `same` sends the standard request itself (bench/cases.py) again and again; `varied` gives every request
 its own ticket (the standard ticket with a per-request reference line appended), so nothing but the
-chat template and the first part of the ticket is shared across requests. Each client thread keeps one
+chat template and the first part of the ticket is shared across requests. Since 2026-12-06 an equal
+request queued or running is followed, not computed again (decide_followed_total), so on `same` the
+clients that send while one computes share its answer: `varied` is the workload that measures batching.
+Each client thread keeps one
 connection and sends its next request when the last one answered; only 200s count. Prints a table and
 writes .benchmarks/concurrency-<model>.json.
 """
