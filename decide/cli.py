@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from typing import Any, TextIO
 
@@ -22,6 +21,7 @@ from .batch.cli import add_parser as add_batch_parser
 from .errors import DecideError
 from .kinds import Predicate, Score
 from .quality import cli as quality_cli
+from .server.config import switched_on
 from .server.memory import tame_malloc
 
 BAR_WIDTH = 30
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
-    if os.environ.get("DECIDE_TUNE_MALLOC", "on").strip().lower() not in ("", "0", "false", "no", "off"):
+    if switched_on("DECIDE_TUNE_MALLOC"):
         tame_malloc()  # as the server does: eval, fit and batch run the same large forward passes
     try:
         return args.func(args)

@@ -117,6 +117,11 @@ def _parse(name: str, raw: str, default: object) -> object:
     return raw.strip()
 
 
+def switched_on(name: str, env: Mapping[str, str] = os.environ) -> bool:
+    """An on-by-default switch outside ServerConfig (the CLI's): off only for one of the false words."""
+    return env.get(name, "on").strip().lower() not in _FALSE
+
+
 def _names(raw: str) -> tuple[str, ...]:
     return tuple(a.strip() for a in raw.split(",") if a.strip())
 
