@@ -3,8 +3,6 @@
 #include <omp.h>
 
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
 #include <vector>
@@ -31,8 +29,7 @@ class OneOmpThread {
     int saved_;
 };
 
-// (m, n, k, trans_b, lda, ldb, ldc, accumulate) -> its primitive. A request's shapes repeat over the layers
-// and tiles; creating one costs far more than running it at these sizes.
+// (m, n, k, trans_b, lda, ldb, ldc, accumulate) -> its primitive.
 using Shape = std::tuple<int, int, int, bool, int, int, int, bool>;
 
 struct Primitive {
@@ -41,12 +38,7 @@ struct Primitive {
     memory::desc scratchpad;  // each thread brings its own: the library's would be one buffer for all threads
 };
 
-Primitive primitive(const Shape& shape) {
-    static std::mutex lock;
-    static std::map<Shape, Primitive> cache;
-    constexpr size_t kCapacity = 4096;  // distinct shapes kept; then started afresh
-    const std::lock_guard<std::mutex> held(lock);
-    if (auto hit = cache.find(shape); hit != cache.end()) return hit->second;
+Primitive make(const Shape& shape) {
     const auto [m, n, k, trans_b, lda, ldb, ldc, accumulate] = shape;
     const memory::desc src({m, k}, operand_type(), memory::dims{lda, 1});
     const memory::desc wei({k, n}, operand_type(), trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
@@ -58,9 +50,13 @@ Primitive primitive(const Shape& shape) {
         ops.append_sum(1.0f);
         attr.set_post_ops(ops);
     }
-    if (cache.size() >= kCapacity) cache.clear();
     const dnnl::matmul::primitive_desc pd(cpu_engine(), src, wei, dst, attr);
-    return cache.emplace(shape, Primitive{dnnl::matmul(pd), src, wei, dst, pd.scratchpad_desc()}).first->second;
+    return Primitive{dnnl::matmul(pd), src, wei, dst, pd.scratchpad_desc()};
+}
+
+Primitive primitive(const Shape& shape) {
+    static PrimitiveCache<Shape, Primitive> cache(4096);
+    return cache.get(shape, [&] { return make(shape); });
 }
 
 void operand_gemm(bool trans_b, int m, int n, int k, const void* a, int lda, const void* b, int ldb, float beta,
