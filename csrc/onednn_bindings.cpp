@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -31,8 +32,25 @@ std::unique_ptr<decide::Bf16Linear> make_linear(const Float32Array& weight, cons
     return std::make_unique<decide::Bf16Linear>(weight.data(), out, in, b, packed);
 }
 
+std::unique_ptr<decide::Int8Linear> make_int8_linear(const Float32Array& weight, const std::optional<Float32Array>& bias,
+                                                      const std::optional<Float32Array>& smooth) {
+    if (weight.ndim() != 2) throw std::invalid_argument("weight must be [out, in]");
+    const auto out = weight.shape(0), in = weight.shape(1);
+    if (bias && (bias->ndim() != 1 || bias->shape(0) != out)) throw std::invalid_argument("bias must be [out]");
+    if (smooth && (smooth->ndim() != 1 || smooth->shape(0) != in)) throw std::invalid_argument("smooth must be [in]");
+    if (smooth)
+        for (py::ssize_t i = 0; i < in; ++i)
+            if (!(smooth->data()[i] > 0.0f) || !std::isfinite(smooth->data()[i]))
+                throw std::invalid_argument("smooth must be positive and finite");
+    const float* b = bias ? bias->data() : nullptr;
+    const float* f = smooth ? smooth->data() : nullptr;
+    py::gil_scoped_release nogil;
+    return std::make_unique<decide::Int8Linear>(weight.data(), out, in, b, f);
+}
+
 // x: float32 [..., in] whose last axis is contiguous and whose rows are evenly strided.
-py::array_t<float> forward(const decide::Bf16Linear& self, const py::array_t<float>& x) {
+template <class Linear>
+py::array_t<float> forward(const Linear& self, const py::array_t<float>& x) {
     if (x.ndim() < 1 || x.shape(x.ndim() - 1) != self.in_features)
         throw std::invalid_argument("x must be [..., " + std::to_string(self.in_features) + "]");
     py::array_t<float, py::array::c_style> flat = py::array_t<float, py::array::c_style | py::array::forcecast>(x);
@@ -103,10 +121,31 @@ PYBIND11_MODULE(_onednn, m) {
              "weight float32 [out, in] (and bias [out]) stored once as bfloat16; packed: in oneDNN's preferred "
              "layout, else as plain rows that rows() reads")
         .def("rows", &rows, py::arg("ids"), "rows ids of an unpacked weight as float32 [..., in]")
-        .def("__call__", &forward, py::arg("x"), "x float32 [..., in] -> float32 [..., out]: x Wᵀ + b")
+        .def(
+            "weight",
+            [](const decide::Bf16Linear& self) {
+                py::array_t<float> out({self.out_features, self.in_features});
+                float* o = out.mutable_data();
+                {
+                    py::gil_scoped_release nogil;
+                    self.weight(o);
+                }
+                return out;
+            },
+            "the weight as held (bf16-rounded) as float32 [out, in]")
+        .def("__call__", &forward<decide::Bf16Linear>, py::arg("x"), "x float32 [..., in] -> float32 [..., out]: x Wᵀ + b")
         .def_readonly("out_features", &decide::Bf16Linear::out_features)
         .def_readonly("in_features", &decide::Bf16Linear::in_features)
         .def_property_readonly("weight_bytes", &decide::Bf16Linear::weight_bytes);
+    py::class_<decide::Int8Linear>(m, "Int8Linear")
+        .def(py::init(&make_int8_linear), py::arg("weight"), py::arg("bias") = py::none(), py::arg("smooth") = py::none(),
+             "weight float32 [out, in] (and bias [out]) stored once as int8 with a scale per output row; smooth "
+             "[in]: input channel i divided by smooth[i] (and W's column i multiplied by it) before quantizing")
+        .def("__call__", &forward<decide::Int8Linear>, py::arg("x"),
+             "x float32 [..., in] -> float32 [..., out]: x Wᵀ + b, each row of x and of W quantized to int8")
+        .def_readonly("out_features", &decide::Int8Linear::out_features)
+        .def_readonly("in_features", &decide::Int8Linear::in_features)
+        .def_property_readonly("weight_bytes", &decide::Int8Linear::weight_bytes);
     m.def(
         "attention",
         [](const decide::FloatHeads& q, const decide::FloatHeads& k, const decide::FloatHeads& v, float scale,

@@ -5,8 +5,9 @@ with modules that hold their weight once, as bfloat16, in oneDNN's memory (the f
 dropped; sibling projections of one input become one GEMM), and its `nn.RMSNorm`s with a native one. They take and return float32: each call rounds its input to bf16 and oneDNN
 accumulates in float32, so norms, RoPE, attention, SwiGLU and the head's log-softmax stay float32.
 
-`resolve_precision` turns `auto | float32 | bfloat16` into the precision that serves: `auto` is
-bfloat16 only on a CPU with native bf16 (avx512_bf16 or amx_bf16) where the backend loads.
+`resolve_precision` turns `auto | float32 | bfloat16 | int8` into the precision that serves: `auto` is
+bfloat16 only on a CPU with native bf16 (avx512_bf16 or amx_bf16) where the backend loads. It never
+picks int8 (decide.int8: this backend with W8A8 linear layers), which moves answers more.
 Where oneDNN has no bf16 GEMMs for the CPU (AVX2 only), the same bf16-rounded operands run as
 float32 GEMMs (a product of two bf16 values is exact in float32): the same answers, slower, so
 the path is tested on any x86-64 CPU; `auto` never picks it.
@@ -30,8 +31,9 @@ from .runtime import device, mx
 
 log = logging.getLogger(__name__)
 
-Precision = Literal["auto", "float32", "bfloat16"]
-PRECISIONS: tuple[str, ...] = ("auto", "float32", "bfloat16")
+Precision = Literal["auto", "float32", "bfloat16", "int8"]
+PRECISIONS: tuple[str, ...] = ("auto", "float32", "bfloat16", "int8")
+ONEDNN_PRECISIONS = ("bfloat16", "int8")  # served by this backend
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 _ONEDNN_DIST = "onednn-cpu-gomp"
 
@@ -88,7 +90,7 @@ def native_bf16(flags: frozenset[str] | None = None) -> bool:
 
 def resolve_precision(requested: str | None = None) -> str:
     """The precision that serves: `requested`, else $DECIDE_PRECISION, else auto. Raises ValueError
-    for an unknown name, or for bfloat16 where the backend cannot run (not a CPU, or oneDNN absent)."""
+    for an unknown name, or for bfloat16 or int8 where the backend cannot run (not a CPU, or oneDNN absent)."""
     requested = (requested or os.environ.get("DECIDE_PRECISION") or "auto").strip().lower()
     if requested not in PRECISIONS:
         raise ValueError(f"unknown precision {requested!r}: use one of {', '.join(PRECISIONS)}")
@@ -99,11 +101,12 @@ def resolve_precision(requested: str | None = None) -> str:
         return "bfloat16" if runs and native_bf16() else "float32"
     if not runs:
         why = "MLX runs on a GPU here" if device() != "cpu" else "oneDNN is not installed (pip install onednn-cpu-gomp)"
-        raise ValueError(f"precision bfloat16 needs the CPU oneDNN backend: {why}")
+        raise ValueError(f"precision {requested} needs the CPU oneDNN backend: {why}")
     if not _native().has_bf16_kernels():
         log.warning(
-            "precision bfloat16 on a CPU without oneDNN bf16 kernels (it needs AVX-512 or AMX): its bf16-rounded "
-            "operands run as float32 GEMMs, slower than precision float32"
+            "precision %s on a CPU without oneDNN bf16 kernels (it needs AVX-512 or AMX): its bf16-rounded "
+            "operands run as float32 GEMMs, slower than precision float32",
+            requested,
         )
     return requested
 
@@ -117,8 +120,8 @@ class Bf16Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        bias = _float32(linear.bias) if "bias" in linear else None
-        self._gemm = _native().Bf16Linear(_float32(linear.weight), bias)
+        self.host_bias = _float32(linear.bias) if "bias" in linear else None  # kept for decide.int8
+        self._gemm = _native().Bf16Linear(_float32(linear.weight), self.host_bias)
 
     @property
     def nbytes(self) -> int:
@@ -183,8 +186,8 @@ class FusedLinears:
     def __init__(self, linears: list[nn.Linear]) -> None:
         weight = np.concatenate([_float32(lin.weight) for lin in linears])
         biased = any("bias" in lin for lin in linears)
-        bias = np.concatenate([_float32(_bias(lin)) for lin in linears]) if biased else None
-        self.gemm = _native().Bf16Linear(weight, bias)
+        self.host_bias = np.concatenate([_float32(_bias(lin)) for lin in linears]) if biased else None
+        self.gemm = _native().Bf16Linear(weight, self.host_bias)
         self.bounds = np.cumsum([0] + [lin.weight.shape[0] for lin in linears]).tolist()
         self._input: mx.array | None = None
         self._outputs: dict[int, mx.array] = {}

@@ -187,10 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--precision",
-        choices=("auto", "float32", "bfloat16"),
+        choices=("auto", "float32", "bfloat16", "int8"),
         default=None,
-        help="weights and matmuls: bfloat16 (CPU, oneDNN) or float32; auto = bfloat16 where the CPU has native bf16 "
-        "(default: $DECIDE_PRECISION or auto)",
+        help="weights and matmuls: bfloat16 or int8 (CPU, oneDNN) or float32; auto = bfloat16 where the CPU has "
+        "native bf16 (default: $DECIDE_PRECISION or auto)",
     )
     run.add_argument("--json", action="store_true", help="print the System One response body")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")

@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--precision",
-        choices=("auto", "float32", "bfloat16"),
-        help="weights and matmuls; auto = bfloat16 where the CPU has native bf16 (default: $DECIDE_PRECISION or auto)",
+        choices=("auto", "float32", "bfloat16", "int8"),
+        help="weights and matmuls (int8: W8A8 GEMMs); auto = bfloat16 where the CPU has native bf16 (default: $DECIDE_PRECISION or auto)",
     )
     serve.set_defaults(func=cmd_serve, quiet=False)

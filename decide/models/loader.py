@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from decide import bf16, runtime
+from decide import bf16, int8, runtime
 from decide.errors import ModelLoadError
 from decide.limits import CONTEXT_CAP
 from decide.models.sources import resolve
@@ -31,8 +31,8 @@ class LoadedModel:
     dtype: str
     device: str
     blas: str
-    precision: str  # of the weights and GEMMs: float32 (or the GPU dtype) or bfloat16 (decide.bf16)
-    backend: str  # what runs the linear layers: mlx (GPU), blas (CPU float32), onednn (CPU bfloat16)
+    precision: str  # of the weights and GEMMs: float32 (or the GPU dtype), bfloat16 or int8 (decide.bf16)
+    backend: str  # what runs the linear layers: mlx (GPU), blas (CPU float32), onednn (CPU bfloat16, int8)
     source: str  # the mlx-lm folder the weights were loaded from
     load_seconds: float
     supports_images: bool = False
@@ -50,7 +50,7 @@ def load_model(
 
     None means $DECIDE_MODEL, else "qwen2.5-coder-1.5b". GGUF sources are converted once into
     the cache (`cache_dir`, else $DECIDE_CACHE_DIR, else ~/.cache/decide/models).
-    `precision`: auto | float32 | bfloat16 (None: $DECIDE_PRECISION, else auto; see decide.bf16).
+    `precision`: auto | float32 | bfloat16 | int8 (None: $DECIDE_PRECISION, else auto; see decide.bf16).
     Raises ModelNotFound (nothing to load; the message says what to do) or ModelLoadError.
     """
     try:
@@ -72,8 +72,8 @@ def load_model(
         dtype=str(dtype).removeprefix("mlx.core."),
         device=runtime.device(),
         blas=runtime.BLAS,
-        precision=precision if precision == "bfloat16" else str(dtype).removeprefix("mlx.core."),
-        backend="onednn" if precision == "bfloat16" else ("blas" if runtime.device() == "cpu" else "mlx"),
+        precision=precision if precision in bf16.ONEDNN_PRECISIONS else str(dtype).removeprefix("mlx.core."),
+        backend="onednn" if precision in bf16.ONEDNN_PRECISIONS else ("blas" if runtime.device() == "cpu" else "mlx"),
         source=str(resolved.folder),
         load_seconds=time.perf_counter() - start,
         config=config,
@@ -94,7 +94,8 @@ def load_model(
 
 def build_model(folder: Path, dtype: mx.Dtype, precision: str = "float32") -> tuple[Any, dict[str, Any]]:
     """Build mlx-lm's own model class for `folder` with weights cast to `dtype`; with precision
-    bfloat16 its linear layers and embedding then become decide.bf16's, one weight at a time."""
+    bfloat16 (or int8) its linear layers and embedding then become decide.bf16's, one weight at a time
+    (at int8, then requantized by decide.int8 after a calibration pass)."""
     from mlx_lm.utils import load_model as mlx_lm_load_model  # after decide.runtime: BLAS first
 
     try:
@@ -102,9 +103,11 @@ def build_model(folder: Path, dtype: mx.Dtype, precision: str = "float32") -> tu
     except (FileNotFoundError, ValueError, KeyError, TypeError) as exc:
         raise ModelLoadError(f"cannot build the model in {folder}: {exc}") from exc
     model.set_dtype(dtype)
-    if precision == "bfloat16":
+    if precision in bf16.ONEDNN_PRECISIONS:
         bf16.convert(model)
     mx.eval(model.parameters())
+    if precision == "int8":
+        int8.quantize(model, int8.calibration_prompts(ChatTokenizer.from_folder(folder)))
     return model, config
 
 

@@ -1,5 +1,5 @@
-"""bfloat16 on real clients and the real small model: gunicorn reports the precision that serves,
-and SmolLM2-135M's bf16 answers stay close to the float32 reference scorer's."""
+"""bfloat16 and int8 on real clients and the real small model: gunicorn reports the precision that
+serves, and SmolLM2-135M's answers in both stay close to the float32 reference scorer's."""
 
 from __future__ import annotations
 
@@ -23,18 +23,19 @@ from decide.models import load_model
 pytestmark = pytest.mark.skipif(not bf16.available(), reason="the oneDNN backend is not built")
 
 
-def test_gunicorn_serves_bf16_and_says_so(tmp_path):
-    env = tiny_model_env(tmp_path, DECIDE_PRECISION="bfloat16")
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_gunicorn_serves_a_onednn_precision_and_says_so(tmp_path, precision):
+    env = tiny_model_env(tmp_path, DECIDE_PRECISION=precision)
     with ServerProcess.start("wsgi:app", env=env) as server:
         health = server.health()
-        assert (health["precision"], health["backend"]) == ("bfloat16", "onednn")
+        assert (health["precision"], health["backend"]) == (precision, "onednn")
         info = [k for k in server.metrics() if k.startswith("decide_model_info{")]
-        assert len(info) == 1 and 'precision="bfloat16"' in info[0] and 'backend="onednn"' in info[0]
+        assert len(info) == 1 and f'precision="{precision}"' in info[0] and 'backend="onednn"' in info[0]
         with openai_sdk.OpenAI(base_url=server.url + "/v1", api_key="-", max_retries=0, timeout=60) as client:
             question = {"type": "predicate", "name": "refund", "instructions": "Is this a refund request?"}
             decision = client.decisions.create(model="tiny", input="I was charged twice.", questions=[question])
         assert len(decision.answers) == 1
-        assert "bfloat16 weights through onednn" in server.log_text()
+        assert f"{precision} weights through onednn" in server.log_text()
 
 
 def test_decide_serve_passes_its_precision_to_the_server(tmp_path):
@@ -66,40 +67,44 @@ def test_the_cli_runs_the_precision_it_is_given(tmp_path):
     question = ["--noul", "refund=Is this a refund request?", "--choice", "team=billing,technical,sales"]
     args = ["run", "-m", str(model), "-s", "I was charged twice.", *question, "--json"]
     answers = {}
-    for precision in ("float32", "bfloat16"):
+    for precision in ("float32", "bfloat16", "int8"):
         result = run_cli(*args, "--precision", precision, cache=tmp_path / "cache")
         assert result.returncode == 0, result.stderr
-        assert f"{precision} weights through {'onednn' if precision == 'bfloat16' else 'blas'}" in result.stderr
+        assert f"{precision} weights through {'blas' if precision == 'float32' else 'onednn'}" in result.stderr
         answers[precision] = json.loads(result.stdout)["answers"]
     for name in ("refund", "team"):
-        assert answers["float32"][name].keys() == answers["bfloat16"][name].keys()
+        assert answers["float32"][name].keys() == answers["bfloat16"][name].keys() == answers["int8"][name].keys()
     assert answers["float32"]["refund"]["noul"] == pytest.approx(answers["bfloat16"]["refund"]["noul"], abs=0.02)
+    assert answers["float32"]["refund"]["noul"] == pytest.approx(answers["int8"]["refund"]["noul"], abs=0.05)
     bad = run_cli(*args, "--precision", "fp8", cache=tmp_path / "cache")
     assert bad.returncode == 2 and "invalid choice: 'fp8'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 # ---------------------------------------------------------------- SmolLM2-135M
 
-PROB_TOL = 0.05  # bf16 vs float32; measured on these cases: max |Δp| ~0.011 (bench.precision: 500+ questions)
-TIE = 0.1  # a best answer may change only where float32's top two are closer than this
+# vs float32: (max |Δp|, the gap between float32's top two above which the best answer may not change).
+# Measured on these cases: max |Δp| ~0.011 in bf16, ~0.066 in int8 (bench.precision, 250 questions
+# a task: ≤ 0.026 and ≤ 0.098).
+TOLERANCES = {"bfloat16": (0.05, 0.1), "int8": (0.12, 0.2)}
 
 
-@pytest.fixture(scope="module")
-def smollm_bf16():
+@pytest.fixture(scope="module", params=list(TOLERANCES))
+def smollm_onednn(request):
     from conftest import REAL_MODEL_CACHE
 
-    return load_model("smollm2-135m", cache_dir=REAL_MODEL_CACHE, progress=False, precision="bfloat16")
+    return load_model("smollm2-135m", cache_dir=REAL_MODEL_CACHE, progress=False, precision=request.param)
 
 
 @pytest.mark.smollm
 @pytest.mark.parametrize("case", ["standard", "choice40"])
-def test_smollm_bf16_is_close_to_the_float32_reference(smollm, smollm_bf16, case):
+def test_smollm_onednn_is_close_to_the_float32_reference(smollm, smollm_onednn, case):
     request = getattr(cases, case)()
     reference = Decider(smollm, DeciderOptions(scorer="trie")).decide(request)  # exact to the reference scorer
-    got = Decider(smollm_bf16).decide(request)
-    assert Decider(smollm_bf16).options.scorer == "trie"
+    got = Decider(smollm_onednn).decide(request)
+    assert Decider(smollm_onednn).options.scorer == "trie"
+    tolerance, tie = TOLERANCES[smollm_onednn.precision]
     for a, b in zip(got.answers, reference.answers):
-        np.testing.assert_allclose(a.probabilities, b.probabilities, atol=PROB_TOL, rtol=0)
+        np.testing.assert_allclose(a.probabilities, b.probabilities, atol=tolerance, rtol=0)
         top_two = np.sort(b.probabilities)[-2:]
-        if top_two[1] - top_two[0] > TIE:
+        if top_two[1] - top_two[0] > tie:
             assert a.best.value == b.best.value

@@ -4,12 +4,12 @@
 |----------------|--------------------|---------------------|------------------|----------------------------|
 | `mlx`          | stock_attention    | stock_silu_product  | stock_rope       | MLX (the model's own)      |
 | `cpu-float32`  | native_attention * | native_silu_product | RopeTables       | MLX on the loaded BLAS     |
-| `cpu-bfloat16` | bf16_attention *   | native_silu_product | RopeTables       | decide.bf16 (oneDNN bf16)  |
+| `cpu-bfloat16` | bf16_attention *   | native_silu_product | RopeTables       | decide.bf16 (oneDNN bf16 or int8) |
 
 (*: `mlx_attention` where no optimized BLAS was loaded, which the native attention kernel needs.)
 
 `mlx` is the reference and the path for Metal and CUDA. The linear layers are not swapped per pass:
-`decide.bf16.convert` replaces them when the model loads in bfloat16; the column only records it.
+`decide.bf16.convert` replaces them when the model loads in bfloat16 or int8; the column only records it.
 Adding a backend for a new device is one row here (its kernels in kernels.py) and a line in `choose`.
 """
 
@@ -56,7 +56,7 @@ def choose(device: str, dtype: str, precision: str, requested: str | None = None
     ("auto" or None: the fastest that fits). Raises ValueError for an unknown or unfitting name."""
     fits = {"mlx"}
     if device == "cpu" and dtype == "float32":
-        fits.add("cpu-bfloat16" if precision == "bfloat16" else "cpu-float32")
+        fits.add("cpu-bfloat16" if precision in ("bfloat16", "int8") else "cpu-float32")
     if requested in (None, "auto"):
         requested = next((name for name in ("cpu-bfloat16", "cpu-float32") if name in fits), "mlx")
     if requested not in BACKENDS:
