@@ -1,10 +1,8 @@
-"""float32 vs bfloat16 in one process, interleaved: `python -m bench.speed [cases...] [--rounds N] [--model M]`.
+"""float32 vs bfloat16 vs int8 in one process, interleaved:
+`python -m bench.speed [cases...] [--rounds N] [--model M]`.
 
-Three deciders on one model: the float32 trie engine; `bf16 before`, the bfloat16 backend as it was
-before bench.speed (each projection its own GEMM, MLX's RMSNorm, attention's products in float32); and
-`bf16` (q/k/v projections fused, decide.bf16.FUSED_GROUPS; native RMSNorm; attention's products in
-bf16, decide.bf16_kernels). Each
-round runs every case on each of them in turn, prefix cache cleared first (cold), so a busy
+Three deciders on one model, each the trie engine: float32, `bf16` (decide.bf16) and `int8` (decide.int8:
+the bf16 backend with W8A8 linear layers). Each round runs every case on each of them in turn, prefix cache cleared first (cold), so a busy
 machine slows them alike; the medians and their ratios are printed, of wall time and of the
 process's CPU time (all its threads: steadier than wall time when other processes take the cores).
 Default cases: standard, choice40.
@@ -15,33 +13,21 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from unittest.mock import patch
 
 import decide.runtime  # noqa: F401  (BLAS before mlx)
-from decide import bf16
 from decide.core import Decider
 from decide.models import load_model
-from decide.scoring.adapter import kernels
 
 from . import config
 from .cases import CASES
 from .harness import ENGINE_ONLY
 
 
-def stock_rms_norm(norm) -> None:
-    return None  # as decide.bf16._twin reads it: no twin, the norm stays
-
-
 def deciders(model: str, float32: bool = True) -> dict[str, Decider]:
-    runs = {"float32": Decider(load_model(model, precision="float32"), ENGINE_ONLY(scorer="trie"))} if float32 else {}
-    with (
-        patch.object(bf16, "FUSED_GROUPS", ()),
-        patch.object(bf16, "NativeRMSNorm", stock_rms_norm),
-        patch.object(kernels, "bf16_attention", kernels.native_attention),
-    ):
-        before = Decider(load_model(model, precision="bfloat16"), ENGINE_ONLY(scorer="trie"))
-    now = Decider(load_model(model, precision="bfloat16"), ENGINE_ONLY(scorer="trie"))
-    return {**runs, "bf16 before": before, "bf16": now}
+    precisions = {"float32": "float32", "bf16": "bfloat16", "int8": "int8"}
+    if not float32:
+        del precisions["float32"]
+    return {name: Decider(load_model(model, precision=p), ENGINE_ONLY(scorer="trie")) for name, p in precisions.items()}
 
 
 def seconds(decider: Decider, request) -> tuple[float, float]:
@@ -57,9 +43,7 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", metavar="case", help=f"of {', '.join(CASES)} (default: standard choice40)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--model", default=config.model())
-    parser.add_argument(
-        "--no-float32", action="store_true", help="bf16 before vs now only (a 1.5B model: half the RAM)"
-    )
+    parser.add_argument("--no-float32", action="store_true", help="bf16 vs int8 only (a 1.5B model: half the RAM)")
     args = parser.parse_args()
     unknown = sorted(set(args.cases) - set(CASES))
     if unknown:

@@ -29,12 +29,13 @@ def log_softmax(z: np.ndarray) -> np.ndarray:
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, k: int, l2: float, steps: int = STEPS) -> tuple[np.ndarray, np.ndarray]:
-    """W[d, k], b[k] minimizing mean cross-entropy of softmax(x W + b) + l2/2 |W|² (Nesterov, step 1/L)."""
+    """W[d, k], b[k] minimizing mean cross-entropy of softmax(x W + b) + l2/2 |W|² (Nesterov, step 1/L),
+    in x's float type."""
     n, d = x.shape
-    onehot = np.eye(k)[y]
+    onehot = np.eye(k, dtype=x.dtype)[y]
     # The loss's gradient is Lipschitz with L ≤ λmax(xᵀx/n)/2 + l2 (+ the bias column's 1/2).
     lipschitz = top_eigenvalue(x) / n / 2 + l2 + 0.5
-    w, b = np.zeros((d, k)), np.zeros(k)
+    w, b = np.zeros((d, k), x.dtype), np.zeros(k, x.dtype)
     w_prev, b_prev = w, b
     for t in range(1, steps + 1):
         momentum = (t - 1) / (t + 2)
@@ -119,7 +120,9 @@ class Readout:
 
 
 def features(hidden: np.ndarray, log_probs: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    return np.concatenate([(hidden - mean) / std, log_probs], axis=-1)
+    """The standardized state, then the log-probabilities, in the state's float type."""
+    state = (hidden - mean) / std
+    return np.concatenate([state, log_probs.astype(state.dtype)], axis=-1)
 
 
 def folds(n: int, k: int = FOLDS, seed: int = 0) -> list[np.ndarray]:
