@@ -16,7 +16,7 @@ import logging
 import sys
 from typing import Any, TextIO
 
-from . import __version__, kinds
+from . import __version__, bf16, kinds
 from .batch.cli import add_parser as add_batch_parser
 from .errors import DecideError
 from .kinds import Predicate, Score
@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--precision",
-        choices=("auto", "float32", "bfloat16", "int8"),
+        choices=bf16.PRECISIONS,
         default=None,
         help="weights and matmuls: bfloat16 or int8 (CPU, oneDNN) or float32; auto = bfloat16 where the CPU has "
         "native bf16 (default: $DECIDE_PRECISION or auto)",

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
+from . import bf16
 from .cli import CLIError
 
 # A file, not `python:decide.server.gunicorn_config`: importing the package would load MLX into
@@ -87,7 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--precision",
-        choices=("auto", "float32", "bfloat16", "int8"),
+        choices=bf16.PRECISIONS,
         help="weights and matmuls (int8: W8A8 GEMMs); auto = bfloat16 where the CPU has native bf16 (default: $DECIDE_PRECISION or auto)",
     )
     serve.set_defaults(func=cmd_serve, quiet=False)

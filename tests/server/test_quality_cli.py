@@ -15,6 +15,7 @@ import requests
 from server_process import ServerProcess, tiny_model_env
 from tiny_model import write_tiny_gguf
 
+from decide import bf16
 from decide.core import Decider, DeciderOptions
 from decide.models import load_model
 from decide.quality.data import load
@@ -98,6 +99,17 @@ def test_eval_prints_the_numbers_of_the_library(root, env):
             printed = re.search(rf"\n  {mode} +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+) +([0-9.]+)", block)
             want = [scores.accuracy, scores.macro_f1, scores.brier, scores.log_loss, scores.ece]
             assert [float(x) for x in printed.groups()] == [round(x, 3) for x in want]
+
+
+@pytest.mark.skipif(not bf16.available(), reason="the oneDNN backend is not built")
+def test_eval_and_fit_load_the_precision_they_are_given(root, env):
+    result = decide(env, "eval", str(root / "data.jsonl"), "--compare", "none", "--precision", "int8")
+    assert result.returncode == 0, result.stderr
+    assert "int8 weights through onednn" in result.stderr and re.search(r"\n  none +[0-9.]+", result.stdout)
+    out = root / "bf16-profile"
+    result = decide(env, "fit", str(root / "data.jsonl"), "-o", str(out), "--precision", "bfloat16", "--cv", "2")
+    assert result.returncode == 0, result.stderr
+    assert "bfloat16 weights through onednn" in result.stderr and (out / "profile.json").exists()
 
 
 def test_a_fitted_profile_is_evaluated_and_written_with_the_model(root, env, profile):
