@@ -99,3 +99,17 @@ def test_a_linear_called_from_two_threads_at_once_gives_each_its_own_result():
         for _ in range(3):
             for got, want in zip(pool.map(gemm, inputs), alone):
                 np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_the_mlp_on_numpy_buffers_equals_its_layers_around_the_silu_product(tiny_gguf_path, tmp_path, precision):
+    from decide.scoring.adapter import kernels
+
+    loaded = load_model(str(tiny_gguf_path), cache_dir=tmp_path, progress=False, precision=precision)
+    mlp = loaded.model.model.layers[1].mlp
+    y = mx.array(np.random.default_rng(0).standard_normal((1, 37, mlp.gate_proj._gemm.in_features), np.float32))
+    want = mlp.down_proj(kernels.native_silu_product(mlp.gate_proj(y), mlp.up_proj(y)))
+    got = kernels.onednn_mlp(mlp, y)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert kernels.onednn_mlp(mlp, y.astype(mx.float16)).shape == want.shape  # through MLX, as before

@@ -7,6 +7,8 @@
 | `cpu-bfloat16` | bf16_attention *   | native_silu_product | RopeTables       | decide.bf16 (oneDNN bf16 or int8) |
 
 (*: `mlx_attention` where no optimized BLAS was loaded, which the native attention kernel needs.)
+`cpu-bfloat16` also runs a SwiGLU MLP whole on numpy buffers (`kernels.onednn_mlp`: its GEMMs and
+silu · up with no MLX array between; 2–4% of a request, measured at int8).
 
 `mlx` is the reference and the path for Metal and CUDA. The linear layers are not swapped per pass:
 `decide.bf16.convert` replaces them when the model loads in bfloat16 or int8; the column only records it.
@@ -29,11 +31,14 @@ class Backend:
     silu_product: Callable  # (gate, up) -> silu(gate) * up
     rope: Callable  # (rope module, x [B, H, L, D], positions int[L]) -> x rotated
     linear: str  # what runs the linear layers (set at load, not per pass)
+    mlp: Callable | None = None  # (SwiGLU mlp, y) -> its output; None: its linear layers around silu_product
 
 
-def _cpu(name: str, linear: str, attention: Callable = kernels.native_attention) -> Backend:
+def _cpu(
+    name: str, linear: str, attention: Callable = kernels.native_attention, mlp: Callable | None = None
+) -> Backend:
     attention = attention if _native.attention_available() else kernels.mlx_attention
-    return Backend(name, attention, kernels.native_silu_product, kernels.RopeTables(), linear)
+    return Backend(name, attention, kernels.native_silu_product, kernels.RopeTables(), linear, mlp)
 
 
 def mlx() -> Backend:
@@ -45,7 +50,7 @@ def cpu_float32() -> Backend:
 
 
 def cpu_bfloat16() -> Backend:
-    return _cpu("cpu-bfloat16", "onednn-bf16", kernels.bf16_attention)
+    return _cpu("cpu-bfloat16", "onednn-bf16", kernels.bf16_attention, kernels.onednn_mlp)
 
 
 BACKENDS: dict[str, Callable[[], Backend]] = {"mlx": mlx, "cpu-float32": cpu_float32, "cpu-bfloat16": cpu_bfloat16}

@@ -66,7 +66,10 @@ class PassLayer:
         else:
             h = x + self.self_attn(self.input_layernorm(x), args[0] if args else kwargs.get("mask"), cache)
             y, mlp = self.post_attention_layernorm(h), self.mlp
-            out = h + mlp.down_proj(backend.silu_product(mlp.gate_proj(y), mlp.up_proj(y)))
+            if backend.mlp is not None:
+                out = h + backend.mlp(mlp, y)
+            else:
+                out = h + mlp.down_proj(backend.silu_product(mlp.gate_proj(y), mlp.up_proj(y)))
         rows = getattr(cache, "tap_rows", None)
         if rows is not None:
             cache.tapped = out[0, rows]
