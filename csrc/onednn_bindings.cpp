@@ -22,28 +22,29 @@ namespace {
 using Float32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
 using Uint16Array = py::array_t<uint16_t, py::array::c_style | py::array::forcecast>;
 
+// A weight [out, in] and its optional bias [out], checked; the bias's data or null.
+const float* checked(const Float32Array& weight, const std::optional<Float32Array>& bias) {
+    if (weight.ndim() != 2) throw std::invalid_argument("weight must be [out, in]");
+    if (bias && (bias->ndim() != 1 || bias->shape(0) != weight.shape(0))) throw std::invalid_argument("bias must be [out]");
+    return bias ? bias->data() : nullptr;
+}
+
 std::unique_ptr<decide::Bf16Linear> make_linear(const Float32Array& weight, const std::optional<Float32Array>& bias,
                                                 bool packed) {
-    if (weight.ndim() != 2) throw std::invalid_argument("weight must be [out, in]");
+    const float* b = checked(weight, bias);
     const auto out = weight.shape(0), in = weight.shape(1);
-    if (bias && (bias->ndim() != 1 || bias->shape(0) != out)) throw std::invalid_argument("bias must be [out]");
-    const float* b = bias ? bias->data() : nullptr;
     py::gil_scoped_release nogil;
     return std::make_unique<decide::Bf16Linear>(weight.data(), out, in, b, packed);
 }
 
 std::unique_ptr<decide::Int8Linear> make_int8_linear(const Float32Array& weight, const std::optional<Float32Array>& bias,
                                                       const std::optional<Float32Array>& smooth) {
-    if (weight.ndim() != 2) throw std::invalid_argument("weight must be [out, in]");
+    const float* b = checked(weight, bias);
     const auto out = weight.shape(0), in = weight.shape(1);
-    if (bias && (bias->ndim() != 1 || bias->shape(0) != out)) throw std::invalid_argument("bias must be [out]");
     if (smooth && (smooth->ndim() != 1 || smooth->shape(0) != in)) throw std::invalid_argument("smooth must be [in]");
-    if (smooth)
-        for (py::ssize_t i = 0; i < in; ++i)
-            if (!(smooth->data()[i] > 0.0f) || !std::isfinite(smooth->data()[i]))
-                throw std::invalid_argument("smooth must be positive and finite");
-    const float* b = bias ? bias->data() : nullptr;
     const float* f = smooth ? smooth->data() : nullptr;
+    for (py::ssize_t i = 0; f && i < in; ++i)
+        if (!(f[i] > 0.0f) || !std::isfinite(f[i])) throw std::invalid_argument("smooth must be positive and finite");
     py::gil_scoped_release nogil;
     return std::make_unique<decide::Int8Linear>(weight.data(), out, in, b, f);
 }

@@ -116,19 +116,20 @@ def _float32(a: mx.array) -> np.ndarray:
 
 
 class Bf16Linear(nn.Module):
-    """`nn.Linear` with its weight held as bfloat16 by oneDNN; float32 in, float32 out."""
+    """`nn.Linear` with its weight held as bfloat16 by oneDNN (`gemm`, a decide._onednn.Bf16Linear; an
+    Int8Linear once decide.int8 requantizes it); float32 in, float32 out."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.host_bias = _float32(linear.bias) if "bias" in linear else None  # kept for decide.int8
-        self._gemm = _native().Bf16Linear(_float32(linear.weight), self.host_bias)
+        self.gemm = _native().Bf16Linear(_float32(linear.weight), self.host_bias)
 
     @property
     def nbytes(self) -> int:
-        return self._gemm.weight_bytes
+        return self.gemm.weight_bytes
 
     def __call__(self, x: mx.array) -> mx.array:
-        return _apply(self._gemm, x)
+        return _apply(self.gemm, x)
 
 
 class Bf16Embedding(nn.Module):

@@ -83,7 +83,7 @@ def _holders(model: nn.Module) -> list[tuple[object, str]]:
     holders: list[tuple[object, str]] = []
     for name, module in model.named_modules():
         if isinstance(module, Bf16Linear) and name.rpartition(".")[2] not in KEPT_BF16:
-            holders.append((module, "_gemm"))
+            holders.append((module, "gemm"))
         elif isinstance(module, Bf16FusedMember) and module.nbytes:  # the group's first member
             holders.append((module._fused, "gemm"))
     return holders

@@ -107,7 +107,7 @@ def test_the_mlp_on_numpy_buffers_equals_its_layers_around_the_silu_product(tiny
 
     loaded = load_model(str(tiny_gguf_path), cache_dir=tmp_path, progress=False, precision=precision)
     mlp = loaded.model.model.layers[1].mlp
-    y = mx.array(np.random.default_rng(0).standard_normal((1, 37, mlp.gate_proj._gemm.in_features), np.float32))
+    y = mx.array(np.random.default_rng(0).standard_normal((1, 37, mlp.gate_proj.gemm.in_features), np.float32))
     want = mlp.down_proj(kernels.native_silu_product(mlp.gate_proj(y), mlp.up_proj(y)))
     got = kernels.onednn_mlp(mlp, y)
     assert got.shape == want.shape

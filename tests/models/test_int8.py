@@ -102,7 +102,7 @@ def tiny_int8(tiny_gguf_path, tmp_path_factory):
 def test_every_linear_layer_but_the_kept_ones_is_int8(tiny_int8):
     kinds = {}
     for name, module in tiny_int8.model.named_modules():
-        gemm = getattr(module, "_gemm", None) or getattr(getattr(module, "_fused", None), "gemm", None)
+        gemm = getattr(module, "gemm", None) or getattr(getattr(module, "_fused", None), "gemm", None)
         if gemm is not None:
             kinds[name.rpartition(".")[2]] = type(gemm).__name__
     assert kinds["down_proj"] == "Bf16Linear"

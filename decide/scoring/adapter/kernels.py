@@ -73,7 +73,7 @@ def native_silu_product(gate: mx.array, up: mx.array) -> mx.array:
 def onednn_mlp(mlp: nn.Module, y: mx.array) -> mx.array:
     """down(silu(gate(y)) · up(y)) for an MLP of decide.bf16 linear layers, on numpy buffers from the
     input to the output: MLX would copy each [rows, intermediate] product in and out of its arrays."""
-    gemms = [getattr(getattr(mlp, name), "_gemm", None) for name in ("gate_proj", "up_proj", "down_proj")]
+    gemms = [getattr(getattr(mlp, name), "gemm", None) for name in ("gate_proj", "up_proj", "down_proj")]
     if any(g is None for g in gemms) or y.dtype != mx.float32:
         return mlp.down_proj(native_silu_product(mlp.gate_proj(y), mlp.up_proj(y)))
     gate, up, down = gemms
