@@ -27,6 +27,16 @@ OPTION_TEXTS = [
     "Queue 002",
 ]
 
+# A three-question ticket, one of each kind (the reduced-precision tests compare it across precisions).
+TICKET = DecisionRequest.of(
+    "I was charged twice for my subscription, please give me my money back.",
+    [
+        Question.predicate("Is this a refund request?"),
+        Question.choice("Which team should take it?", ["billing", "technical", "sales", "legal"]),
+        Question.score("How angry is the customer?", ["calm", "annoyed", "angry"]),
+    ],
+)
+
 texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=12).map(" ".join)
 descriptions = st.one_of(st.none(), texts)
 

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from scoring_cases import TICKET as REQUEST
 
 from decide import bf16
 from decide.core import Decider, DeciderOptions
 from decide.errors import ModelLoadError
 from decide.models import load_model
-from decide.request import DecisionRequest, Question
 
 pytestmark = pytest.mark.skipif(not bf16.available(), reason="the oneDNN backend is not built")
 
@@ -179,16 +179,6 @@ def test_the_loaded_model_holds_no_float32_weight_matrix(tiny_bf16):
     assert (tiny_bf16.precision, tiny_bf16.backend) == ("bfloat16", "onednn")
     assert all(v.ndim == 1 for _, v in tree_flatten(tiny_bf16.model.parameters()))  # only the norms' weights
     assert Decider(tiny_bf16).info["precision"] == "bfloat16"
-
-
-REQUEST = DecisionRequest.of(
-    "I was charged twice for my subscription, please give me my money back.",
-    [
-        Question.predicate("Is this a refund request?"),
-        Question.choice("Which team should take it?", ["billing", "technical", "sales", "legal"]),
-        Question.score("How angry is the customer?", ["calm", "annoyed", "angry"]),
-    ],
-)
 
 
 @pytest.mark.parametrize("scorer", ["trie", "prompt_once", "reference"])

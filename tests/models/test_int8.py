@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scoring_cases import TICKET as REQUEST
 
 from decide import bf16, int8
 from decide.core import Decider, DeciderOptions
 from decide.models import load_model
-from decide.request import DecisionRequest, Question
 
 pytestmark = pytest.mark.skipif(not bf16.available(), reason="the oneDNN backend is not built")
 
@@ -109,16 +109,6 @@ def test_every_linear_layer_but_the_kept_ones_is_int8(tiny_int8):
     assert {kinds[n] for n in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj")} == {"Int8Linear"}
     assert (tiny_int8.precision, tiny_int8.backend) == ("int8", "onednn")
     assert Decider(tiny_int8).info["precision"] == "int8"
-
-
-REQUEST = DecisionRequest.of(
-    "I was charged twice for my subscription, please give me my money back.",
-    [
-        Question.predicate("Is this a refund request?"),
-        Question.choice("Which team should take it?", ["billing", "technical", "sales", "legal"]),
-        Question.score("How angry is the customer?", ["calm", "annoyed", "angry"]),
-    ],
-)
 
 
 @pytest.mark.parametrize("scorer", ["trie", "reference"])
