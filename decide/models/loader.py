@@ -62,8 +62,8 @@ def load_model(
     if resolved.converted:
         log.info("converted %s into %s in %.1f s", resolved.source, resolved.folder, time.perf_counter() - start)
     dtype = runtime.compute_dtype()
-    model, config = build_model(resolved.folder, dtype, precision)
     tokenizer = ChatTokenizer.from_folder(resolved.folder)
+    model, config = build_model(resolved.folder, dtype, precision, tokenizer)
     loaded = LoadedModel(
         model_id=resolved.model_id,
         model=model,
@@ -92,10 +92,13 @@ def load_model(
     return loaded
 
 
-def build_model(folder: Path, dtype: mx.Dtype, precision: str = "float32") -> tuple[Any, dict[str, Any]]:
+def build_model(
+    folder: Path, dtype: mx.Dtype, precision: str = "float32", tokenizer: ChatTokenizer | None = None
+) -> tuple[Any, dict[str, Any]]:
     """Build mlx-lm's own model class for `folder` with weights cast to `dtype`; with precision
     bfloat16 (or int8) its linear layers and embedding then become decide.bf16's, one weight at a time
-    (at int8, then requantized by decide.int8 after a calibration pass)."""
+    (at int8, then requantized by decide.int8 after a calibration pass rendered with `tokenizer`,
+    the folder's own if None)."""
     from mlx_lm.utils import load_model as mlx_lm_load_model  # after decide.runtime: BLAS first
 
     try:
@@ -107,7 +110,7 @@ def build_model(folder: Path, dtype: mx.Dtype, precision: str = "float32") -> tu
         bf16.convert(model)
     mx.eval(model.parameters())
     if precision == "int8":
-        int8.quantize(model, int8.calibration_prompts(ChatTokenizer.from_folder(folder)))
+        int8.quantize(model, int8.calibration_prompts(tokenizer or ChatTokenizer.from_folder(folder)))
     return model, config
 
 

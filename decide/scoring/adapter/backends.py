@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ... import _native
+from ... import _native, bf16
 from . import kernels
 
 
@@ -61,7 +61,7 @@ def choose(device: str, dtype: str, precision: str, requested: str | None = None
     ("auto" or None: the fastest that fits). Raises ValueError for an unknown or unfitting name."""
     fits = {"mlx"}
     if device == "cpu" and dtype == "float32":
-        fits.add("cpu-bfloat16" if precision in ("bfloat16", "int8") else "cpu-float32")
+        fits.add("cpu-bfloat16" if precision in bf16.ONEDNN_PRECISIONS else "cpu-float32")
     if requested in (None, "auto"):
         requested = next((name for name in ("cpu-bfloat16", "cpu-float32") if name in fits), "mlx")
     if requested not in BACKENDS:
