@@ -1,7 +1,7 @@
 """Fitted readouts, layer by layer: which layer's hidden state answers best, and what `decide fit` picks.
 
 Scores the training and the dev examples once through the engine (kept in build/scores, keyed by
-file, count, model and kernel backend, so a rerun only refits), fits on the training examples and
+file, count, model, kernel backend and precision, so a rerun only refits), fits on the training examples and
 prints, on the dev examples: the model as is (`none`), the fitted bias alone, a readout restricted to
 each readout layer the engine keeps (its L2 chosen by cross-validation, as `decide fit` does), the
 readout of the one layer cross-validation picks (what `decide fit` did before it read several), of the
@@ -34,7 +34,7 @@ SCORES = Path("build/scores")
 
 def scored(decider: Decider, path: str, limit: int | None) -> tuple[list[Scored], float]:
     """The file's scored groups and the seconds scoring took, from build/scores when this run was made before."""
-    key = f"{Path(path).stem}-{limit or 'all'}-{decider.model_id}-{decider.parts.backend.name}.pkl"
+    key = f"{Path(path).stem}-{limit or 'all'}-{decider.model_id}-{decider.parts.backend.name}-{decider.loaded.precision}.pkl"
     cached = SCORES / key
     if cached.exists():
         return pickle.loads(cached.read_bytes())

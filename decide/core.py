@@ -69,6 +69,17 @@ class DeciderOptions:
     calibration: str | None = None
     profile: str | Path | Profile | None = None
 
+    def resolved(self) -> DeciderOptions:
+        """These options with the calibration method checked and the profile read (from the environment
+        where unset): a bad setting fails here, before a model loads."""
+        method = calibration.check_method(
+            self.calibration or os.environ.get("DECIDE_CALIBRATION") or calibration.DEFAULT
+        )
+        profile = self.profile or os.environ.get("DECIDE_PROFILE") or None
+        if profile is not None and not isinstance(profile, Profile):
+            profile = Profile.load(profile)
+        return replace(self, calibration=method, profile=profile)
+
     def with_prefix_cache(self, cache_bytes: int) -> DeciderOptions:
         """These options with a prefix-cache budget of `cache_bytes`."""
         return replace(self, trie=replace(self.trie, cache_bytes=cache_bytes))
@@ -86,7 +97,7 @@ class Decider:
         self.trie = TrieScorer(self.parts, self._cache_namespace(), self.options.trie) if adapted.tree else None
         if self.options.scorer == "auto":
             self.options = replace(self.options, scorer=adapted.scorer)
-        self.options = _resolve_answers(self.options)
+        self.options = self.options.resolved()
         if isinstance(self.options.profile, Profile):
             self.options.profile.check_model(self.loaded)
         self.calibrator = calibration.Calibrator(self.options.calibration, self.options.profile)
@@ -122,7 +133,7 @@ class Decider:
         options = options or DeciderOptions()
         if profile is not None:
             options = replace(options, profile=profile)
-        options = _resolve_answers(options)  # a bad setting fails before the model loads
+        options = options.resolved()  # a bad setting fails before the model loads
         return cls(load_model(model, precision=options.precision, **load_kwargs), options)
 
     @property
@@ -258,17 +269,6 @@ class Decider:
             computed_tokens=result.computed_tokens,
         )
         return Decision(model=self.model_id, answers=answers, usage=usage)
-
-
-def _resolve_answers(options: DeciderOptions) -> DeciderOptions:
-    """The calibration method (checked) and the profile (read) that options or the environment name."""
-    method = calibration.check_method(
-        options.calibration or os.environ.get("DECIDE_CALIBRATION") or calibration.DEFAULT
-    )
-    profile = options.profile or os.environ.get("DECIDE_PROFILE") or None
-    if profile is not None and not isinstance(profile, Profile):
-        profile = Profile.load(profile)
-    return replace(options, calibration=method, profile=profile)
 
 
 @dataclass(frozen=True)

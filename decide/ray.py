@@ -7,6 +7,7 @@
     answered = ds.map_batches(
         DecideBatch,
         fn_constructor_kwargs={"model": "smollm2-135m", "questions": json.load(open("questions.json"))},
+        # and "options": DeciderOptions(precision=..., calibration=..., profile=...) where not the defaults
         compute=ray.data.ActorPoolStrategy(size=4),   # 4 actors, each with its own copy of the model
                                                       # (Ray before 2.51: concurrency=4)
         batch_size=16,
@@ -22,10 +23,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .batch.questions import QuestionSet
 from .batch.runners import Answered, answer_texts
+
+if TYPE_CHECKING:
+    from .core import DeciderOptions
 
 ANSWER_FIELDS = ("answers", "usage", "error")
 
@@ -33,12 +37,14 @@ ANSWER_FIELDS = ("answers", "usage", "error")
 class DecideBatch:
     """`map_batches` callable: loads the model once in the actor, answers a batch per call."""
 
-    def __init__(self, questions: Any, model: str | None = None, text_field: str = "text") -> None:
+    def __init__(
+        self, questions: Any, model: str | None = None, text_field: str = "text", options: DeciderOptions | None = None
+    ) -> None:
         from .core import Decider
 
         self.questions = questions if isinstance(questions, QuestionSet) else QuestionSet.from_json(questions)
         self.text_field = text_field
-        self.decider = Decider.load(model, progress=False)
+        self.decider = Decider.load(model, options, progress=False)
 
     def __call__(self, batch: Any) -> Any:
         texts = _column(batch, self.text_field)
@@ -76,6 +82,7 @@ def _with_columns(batch: Any, columns: dict[str, list]) -> Any:
 def on_ray(
     address: str | None,
     model: str | None,
+    options: DeciderOptions | None,
     questions: QuestionSet,
     texts: dict[int, object],
     actors: int,
@@ -93,7 +100,7 @@ def on_ray(
     ds = ray.data.from_items([{"row": row, "text": text} for row, text in texts.items()])
     answered = ds.map_batches(
         DecideBatch,
-        fn_constructor_kwargs={"questions": questions, "model": model},
+        fn_constructor_kwargs={"questions": questions, "model": model, "options": options},
         compute=ray.data.ActorPoolStrategy(size=actors),
         batch_size=batch_size,
         batch_format="pyarrow",

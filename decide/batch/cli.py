@@ -15,13 +15,19 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
+from .. import bf16
 from .output import Output, OutputError
 from .questions import QuestionSet
 from .runners import Answered, Client, ServerError, in_process, over_http
 from .table import InputError, read_rows, select
 
+if TYPE_CHECKING:
+    from ..core import DeciderOptions
+
 LOCAL_RAY = "local"
+PRECISION_HELP = "weights and matmuls (see `decide run --help`; default: $DECIDE_PRECISION or auto)"
 
 
 def add_parser(sub) -> None:
@@ -50,6 +56,19 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=None, help="answer at most the first N selected rows")
     p.add_argument("--sample", type=int, default=None, help="answer a random sample of N rows (see --seed)")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
+    model = p.add_argument_group("the model's settings (in process and --ray; a --server has its own)")
+    model.add_argument("--precision", choices=bf16.PRECISIONS, default=None, help=PRECISION_HELP)
+    model.add_argument(
+        "--calibration",
+        default=None,
+        help="none, temperature, contextual or pmi (default: $DECIDE_CALIBRATION or temperature)",
+    )
+    model.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help="a `decide fit` profile for its questions (default: $DECIDE_PROFILE)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar, logs or summary")
     p.set_defaults(func=cmd_batch)
 
@@ -58,6 +77,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from ..cli import CLIError
 
     _check_numbers(args)
+    options = _decider_options(args)
     try:
         questions = QuestionSet.load(args.questions)
         rows = read_rows(args.input, args.text_field)
@@ -70,7 +90,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if len(todo) < len(chosen):
         say(f"{len(chosen) - len(todo)} of {len(chosen)} rows already in {args.output}; resuming")
     try:
-        answers = _answers(args, questions, todo)  # loads the model first: not counted in rows/s
+        answers = _answers(args, options, questions, todo)  # loads the model first: not counted in rows/s
         started = time.monotonic()
         written, errors = _write(output, answers, len(todo), args.quiet)
     except ServerError as e:
@@ -91,7 +111,24 @@ def _check_numbers(args: argparse.Namespace) -> None:
             raise CLIError(f"--{flag.replace('_', '-')} must be at least {least}")
 
 
-def _answers(args: argparse.Namespace, questions: QuestionSet, todo: dict) -> Iterator[Answered]:
+def _decider_options(args: argparse.Namespace) -> DeciderOptions | None:
+    """The local model's options, checked (a bad calibration or profile fails before any file is read);
+    None with --server, which refuses them."""
+    from ..cli import CLIError
+    from ..core import DeciderOptions
+
+    local = {"precision": args.precision, "calibration": args.calibration, "profile": args.profile}
+    if args.server:
+        given = [f"--{name}" for name, value in local.items() if value is not None]
+        if given:
+            raise CLIError(f"{', '.join(given)} set the local model: a --server answers with its own settings")
+        return None
+    return DeciderOptions(**local).resolved()
+
+
+def _answers(
+    args: argparse.Namespace, options: DeciderOptions | None, questions: QuestionSet, todo: dict
+) -> Iterator[Answered]:
     if not todo:
         return iter(())
     if args.server:
@@ -106,10 +143,10 @@ def _answers(args: argparse.Namespace, questions: QuestionSet, todo: dict) -> It
         except ImportError:
             raise CLIError("--ray needs Ray Data: pip install 'mlx-decide[ray]'") from None
         address = None if args.ray == LOCAL_RAY else args.ray
-        return on_ray(address, args.model, questions, todo, args.concurrency or 2, args.batch_size)
+        return on_ray(address, args.model, options, questions, todo, args.concurrency or 2, args.batch_size)
     from ..core import Decider
 
-    decider = Decider.load(args.model, progress=not args.quiet)
+    decider = Decider.load(args.model, options, progress=not args.quiet)
     return in_process(decider, questions, todo, args.batch_size)
 
 

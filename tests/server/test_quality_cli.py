@@ -172,3 +172,63 @@ def test_the_server_applies_calibration_and_profile(root, env, profile, calibrat
     np.testing.assert_allclose(mood[0], mood[1], atol=1e-5)
     # The profile covers team and urgent; mood is calibrated by the setting alone.
     assert np.allclose(mood[0], mood[2], atol=1e-5) == (calibration == "none")
+
+
+def batch_rows(root: Path, n: int) -> tuple[Path, Path]:
+    rows = root / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"text": f"ticket {i}: my {TOPICS[i % 6]} is wrong"}) + "\n" for i in range(n)))
+    questions = root / "questions.json"
+    questions.write_text(json.dumps({"questions": {"team": TEAM, "urgent": URGENT}}))
+    return rows, questions
+
+
+def test_batch_answers_with_the_profile_and_calibration_it_is_given(root, env, profile):
+    rows, questions = batch_rows(root, 4)
+    out = root / "profiled.jsonl"
+    args = ("batch", str(rows), "-q", str(questions), "-o", str(out), "--profile", str(profile), "--quiet")
+    result = decide(env, *args, "--calibration", "none")
+    assert result.returncode == 0, result.stderr
+    loaded = load_model(env["DECIDE_MODEL"], cache_dir=env["DECIDE_CACHE_DIR"], progress=False)
+    profiled = Decider(loaded, DeciderOptions(calibration="none", profile=profile))
+    plain = Decider(loaded, DeciderOptions(calibration="none"))
+    for line in out.read_text().splitlines():
+        record = json.loads(line)
+        body = {"model": "jev-latest", "state": f"ticket {record['row']}: my {TOPICS[record['row'] % 6]} is wrong"}
+        body["questions"] = {"team": TEAM, "urgent": URGENT}
+        want, without = (systemone.decide(d, body)["answers"]["team"]["probabilities"] for d in (profiled, plain))
+        got = record["answers"]["team"]["probabilities"]
+        np.testing.assert_allclose(list(got.values()), list(want.values()), atol=1e-5)
+        assert not np.allclose(list(got.values()), list(without.values()), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (("--calibration", "magic"), "unknown calibration"),
+        (("--server", "http://127.0.0.1:9", "--precision", "int8"), "--precision set the local model"),
+    ],
+)
+def test_batch_refuses_bad_model_settings_before_reading_rows(root, env, extra, message):
+    result = decide(
+        env, "batch", str(root / "missing.jsonl"), "-q", "missing.json", "-o", str(root / "x.jsonl"), *extra
+    )
+    assert result.returncode == 2 and message in result.stderr.lower() and "missing.jsonl" not in result.stderr
+
+
+def test_batch_refuses_a_profile_of_another_model(root, env, profile):
+    other = write_tiny_gguf(root / "other-batch.gguf", seed=4)
+    rows, questions = batch_rows(root, 1)
+    out = root / "refused.jsonl"
+    args = ("batch", str(rows), "-q", str(questions), "-o", str(out), "-m", str(other), "--profile", str(profile))
+    result = decide(env, *args)
+    assert result.returncode == 2 and "this profile was fitted on model" in result.stderr
+
+
+@pytest.mark.skipif(not bf16.available(), reason="the oneDNN backend is not built")
+def test_batch_loads_the_precision_it_is_given(root, env):
+    rows, questions = batch_rows(root, 2)
+    result = decide(
+        env, "batch", str(rows), "-q", str(questions), "-o", str(root / "int8.jsonl"), "--precision", "int8"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "int8 weights through onednn" in result.stderr and "2 rows answered (0 errors)" in result.stderr
