@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 Precision = Literal["auto", "float32", "bfloat16", "int8"]
 PRECISIONS: tuple[str, ...] = ("auto", "float32", "bfloat16", "int8")
 ONEDNN_PRECISIONS = ("bfloat16", "int8")  # served by this backend
+PRECISION_HELP = (  # the CLI's --precision
+    "weights and matmuls: bfloat16 or int8 (CPU, oneDNN) or float32; auto = bfloat16 where the CPU has native bf16 "
+    "(default: $DECIDE_PRECISION or auto)"
+)
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 _ONEDNN_DIST = "onednn-cpu-gomp"
 

@@ -189,8 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--precision",
         choices=bf16.PRECISIONS,
         default=None,
-        help="weights and matmuls: bfloat16 or int8 (CPU, oneDNN) or float32; auto = bfloat16 where the CPU has "
-        "native bf16 (default: $DECIDE_PRECISION or auto)",
+        help=bf16.PRECISION_HELP,
     )
     run.add_argument("--json", action="store_true", help="print the System One response body")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .. import bf16
+from ..quality import calibration
 from .output import Output, OutputError
 from .questions import QuestionSet
 from .runners import Answered, Client, ServerError, in_process, over_http
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
     from ..core import DeciderOptions
 
 LOCAL_RAY = "local"
-PRECISION_HELP = "weights and matmuls (see `decide run --help`; default: $DECIDE_PRECISION or auto)"
 
 
 def add_parser(sub) -> None:
@@ -57,11 +57,11 @@ def add_parser(sub) -> None:
     p.add_argument("--sample", type=int, default=None, help="answer a random sample of N rows (see --seed)")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
     model = p.add_argument_group("the model's settings (in process and --ray; a --server has its own)")
-    model.add_argument("--precision", choices=bf16.PRECISIONS, default=None, help=PRECISION_HELP)
+    model.add_argument("--precision", choices=bf16.PRECISIONS, default=None, help=bf16.PRECISION_HELP)
     model.add_argument(
         "--calibration",
         default=None,
-        help="none, temperature, contextual or pmi (default: $DECIDE_CALIBRATION or temperature)",
+        help=f"{', '.join(calibration.METHODS)} (default: $DECIDE_CALIBRATION or {calibration.DEFAULT})",
     )
     model.add_argument(
         "--profile",

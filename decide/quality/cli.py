@@ -9,7 +9,6 @@ import time
 from .. import bf16, cli
 
 MODEL_HELP = "alias, model folder, .gguf path or HF id (default: $DECIDE_MODEL or qwen2.5-coder-1.5b)"
-PRECISION_HELP = "weights and matmuls (see `decide run --help`; default: $DECIDE_PRECISION or auto)"
 
 
 def _modes(text: str) -> list[str]:
@@ -104,7 +103,7 @@ def register(sub) -> None:
     ev = sub.add_parser("eval", help="measure answers on labelled JSONL (accuracy, F1, Brier, log loss, ECE)")
     ev.add_argument("data", help='labelled JSONL: {"state":..., "questions":{id: question}, "labels":{id: value}}')
     ev.add_argument("-m", "--model", default=None, help=MODEL_HELP)
-    ev.add_argument("--precision", choices=bf16.PRECISIONS, default=None, help=PRECISION_HELP)
+    ev.add_argument("--precision", choices=bf16.PRECISIONS, default=None, help=bf16.PRECISION_HELP)
     ev.add_argument("--calibration", default=None, help="the mode to measure (default: the server's default)")
     ev.add_argument(
         "--compare",
@@ -121,7 +120,7 @@ def register(sub) -> None:
     fit.add_argument("data", help="labelled JSONL (the format of `decide eval`)")
     fit.add_argument("-o", "--output", required=True, metavar="PROFILE_DIR", help="where the profile is written")
     fit.add_argument("-m", "--model", default=None, help=MODEL_HELP)
-    fit.add_argument("--precision", choices=bf16.PRECISIONS, default=None, help=PRECISION_HELP)
+    fit.add_argument("--precision", choices=bf16.PRECISIONS, default=None, help=bf16.PRECISION_HELP)
     fit.add_argument("--dev", default=None, metavar="DEV.jsonl", help="measure on these examples (default: --cv)")
     fit.add_argument("--cv", type=int, default=4, help="folds of the cross-validated before/after (default 4)")
     fit.add_argument("--limit", type=int, default=None, help="only the first N examples of DATA")
