@@ -14,7 +14,7 @@ from test_batch import SCRIPT, SYSTEMONE, assert_close, read_jsonl, texts, write
 from tiny_model import write_tiny_gguf  # noqa: E402
 
 from decide.batch import QuestionSet, answer_texts  # noqa: E402
-from decide.core import Decider  # noqa: E402
+from decide.core import Decider, DeciderOptions  # noqa: E402
 from decide.models import load_model  # noqa: E402
 from decide.ray import DecideBatch  # noqa: E402
 
@@ -75,3 +75,22 @@ def test_the_cli_runs_on_a_ray_cluster(local_ray, model, expected, tmp_path):
     for i, (row, want) in enumerate(zip(got, expected)):
         if i != 7:
             assert_close(row["answers"], want["answers"])
+
+
+def test_actors_load_the_options_they_are_given(local_ray, model, expected, tmp_path):
+    options = DeciderOptions(calibration="contextual")
+    contextual = Decider(load_model(str(model), cache_dir=tmp_path, progress=False), options)
+    want = answer_texts(contextual, QuestionSet.from_json(SYSTEMONE), texts(16))
+    ds = ray.data.from_items([{"text": t, "k": i} for i, t in enumerate(texts(16))])
+    answered = ds.map_batches(
+        DecideBatch,
+        fn_constructor_kwargs={"questions": SYSTEMONE, "model": str(model), "options": options},
+        batch_size=8,
+        compute=ray.data.ActorPoolStrategy(size=1),
+        batch_format="pyarrow",
+    )
+    got = [json.loads(row["answers"]) for row in sorted(answered.take_all(), key=lambda r: r["k"])]
+    assert len(got) == 16
+    for answers, w in zip(got, want):
+        assert_close(answers, w["answers"])
+    assert got != [e["answers"] for e in expected[:16]]  # the suite's calibration answers otherwise
