@@ -16,8 +16,9 @@ import logging
 import sys
 from typing import Any, TextIO
 
-from . import __version__, bf16, kinds
+from . import __version__, kinds
 from .batch.cli import add_parser as add_batch_parser
+from .cli_settings import add_model_settings, model_options
 from .errors import DecideError
 from .kinds import Predicate, Score
 from .quality import cli as quality_cli
@@ -142,12 +143,12 @@ def print_answers(response: dict, out: TextIO | None = None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .core import Decider, DeciderOptions
+    from .core import Decider
     from .wire import systemone
 
     state = sys.stdin.read() if args.state == "-" else args.state
     parsed = parse_body(systemone_body(state, args.questions or []))
-    decider = Decider.load(args.model, DeciderOptions(precision=args.precision), progress=not args.quiet)
+    decider = Decider.load(args.model, model_options(args), progress=not args.quiet)
     response: dict[str, Any] = systemone.render(decider.decide(parsed.request), parsed)
     if args.json:
         print(json.dumps(response, ensure_ascii=False, indent=2, allow_nan=False))
@@ -185,12 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME[:QUESTION]=LOW,...,HIGH",
         help="a score over ordered levels",
     )
-    run.add_argument(
-        "--precision",
-        choices=bf16.PRECISIONS,
-        default=None,
-        help=bf16.PRECISION_HELP,
-    )
+    add_model_settings(run)
     run.add_argument("--json", action="store_true", help="print the System One response body")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
     run.set_defaults(func=cmd_run)

@@ -17,8 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .. import bf16
-from ..quality import calibration
+from ..cli_settings import add_model_settings, given_settings, model_options
 from .output import Output, OutputError
 from .questions import QuestionSet
 from .runners import Answered, Client, ServerError, in_process, over_http
@@ -56,19 +55,7 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=None, help="answer at most the first N selected rows")
     p.add_argument("--sample", type=int, default=None, help="answer a random sample of N rows (see --seed)")
     p.add_argument("--seed", type=int, default=0, help="seed of --sample (default 0)")
-    model = p.add_argument_group("the model's settings (in process and --ray; a --server has its own)")
-    model.add_argument("--precision", choices=bf16.PRECISIONS, default=None, help=bf16.PRECISION_HELP)
-    model.add_argument(
-        "--calibration",
-        default=None,
-        help=f"{', '.join(calibration.METHODS)} (default: $DECIDE_CALIBRATION or {calibration.DEFAULT})",
-    )
-    model.add_argument(
-        "--profile",
-        default=None,
-        metavar="DIR",
-        help="a `decide fit` profile for its questions (default: $DECIDE_PROFILE)",
-    )
+    add_model_settings(p.add_argument_group("the model's settings (in process and --ray; a --server has its own)"))
     p.add_argument("--quiet", action="store_true", help="no progress bar, logs or summary")
     p.set_defaults(func=cmd_batch)
 
@@ -112,18 +99,15 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 
 def _decider_options(args: argparse.Namespace) -> DeciderOptions | None:
-    """The local model's options, checked (a bad calibration or profile fails before any file is read);
-    None with --server, which refuses them."""
+    """The local model's options, checked before any file is read; None with --server, which refuses them."""
     from ..cli import CLIError
-    from ..core import DeciderOptions
 
-    local = {"precision": args.precision, "calibration": args.calibration, "profile": args.profile}
     if args.server:
-        given = [f"--{name}" for name, value in local.items() if value is not None]
+        given = given_settings(args)
         if given:
             raise CLIError(f"{', '.join(given)} set the local model: a --server answers with its own settings")
         return None
-    return DeciderOptions(**local).resolved()
+    return model_options(args)
 
 
 def _answers(

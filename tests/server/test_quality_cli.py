@@ -232,3 +232,16 @@ def test_batch_loads_the_precision_it_is_given(root, env):
     )
     assert result.returncode == 0, result.stderr
     assert "int8 weights through onednn" in result.stderr and "2 rows answered (0 errors)" in result.stderr
+
+
+def test_run_answers_with_the_profile_it_is_given(env, profile):
+    args = ("run", "-s", "ticket 3: my invoice is wrong", "--noul", "urgent=Is it urgent?", "--json", "-q")
+    plain = decide(env, *args)
+    profiled = decide(env, *args, "--profile", str(profile), "--calibration", "none")
+    assert plain.returncode == 0 and profiled.returncode == 0, plain.stderr + profiled.stderr
+    loaded = load_model(env["DECIDE_MODEL"], cache_dir=env["DECIDE_CACHE_DIR"], progress=False)
+    body = {"model": "jev-latest", "state": "ticket 3: my invoice is wrong", "questions": {"urgent": URGENT}}
+    want = systemone.decide(Decider(loaded, DeciderOptions(calibration="none", profile=profile)), body)
+    got = json.loads(profiled.stdout)["answers"]["urgent"]["noul"]
+    assert got == pytest.approx(want["answers"]["urgent"]["noul"], abs=1e-5)
+    assert abs(got - json.loads(plain.stdout)["answers"]["urgent"]["noul"]) > 1e-3
