@@ -89,6 +89,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--precision",
         choices=bf16.PRECISIONS,
-        help="weights and matmuls (int8: W8A8 GEMMs); auto = bfloat16 where the CPU has native bf16 (default: $DECIDE_PRECISION or auto)",
+        help=bf16.PRECISION_HELP,
     )
     serve.set_defaults(func=cmd_serve, quiet=False)
