@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -91,7 +92,7 @@ class Decider:
     def __init__(self, loaded, options: DeciderOptions | None = None) -> None:
         self.loaded = loaded
         self.options = options or DeciderOptions()
-        self.prompts = PromptBuilder(loaded.tokenizer, stop_markers(loaded.tokenizer))
+        self.prompts = self._prompt_builder()
         adapted = self._adapt()
         self.parts = adapted.parts
         self.trie = TrieScorer(self.parts, self._cache_namespace(), self.options.trie) if adapted.tree else None
@@ -102,6 +103,24 @@ class Decider:
             self.options.profile.check_model(self.loaded)
         self.calibrator = calibration.Calibrator(self.options.calibration, self.options.profile)
         self._lock = threading.Lock()
+
+    def _demonstrations(self, q: Question):
+        return self.calibrator.demonstrations(q)
+
+    def with_profile(self, profile: Profile | None) -> Decider:
+        """This decider (the same model, engine, caches and lock) answering with `profile` instead (None: without
+        one, whatever $DECIDE_PROFILE says). A profile that shows demonstrations changes prompts, not only
+        probabilities, so `decide eval` and `decide fit` score with both."""
+        if profile is not None:
+            profile.check_model(self.loaded)
+        other = copy.copy(self)
+        other.options = replace(self.options, profile=profile)
+        other.calibrator = self.calibrator.with_profile(profile)
+        other.prompts = other._prompt_builder()
+        return other
+
+    def _prompt_builder(self) -> PromptBuilder:
+        return PromptBuilder(self.loaded.tokenizer, stop_markers(self.loaded.tokenizer), self._demonstrations)
 
     def _adapt(self):
         m = self.loaded

@@ -4,11 +4,16 @@ A question's prompt is one user turn — the input, a blank line, the question b
 rendered with the model's chat template (generation prompt on, thinking off). Candidate k
 is JSON(option k) followed by the template's end-of-turn text, tokenized in one piece so
 that merges at the join are the ones the model would produce.
+
+A question a `decide fit` profile shows demonstrations for is asked after them: each is an
+earlier user turn of the same form (its input and the question block) answered by an assistant
+turn holding its right answer's JSON. They come before the input, so the prefix cache shares them.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,8 +50,23 @@ def user_turn(input: tuple[Part, ...], q: Question) -> str:
     return "".join(p.text for p in parts)  # type: ignore[union-attr]
 
 
-def render_prompt(tokenizer: ChatTokenizer, input: tuple[Part, ...], q: Question) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": user_turn(input, q)}], add_generation_prompt=True)
+@dataclass(frozen=True)
+class Demonstration:
+    """A labelled example shown before the input: its text and the index of its right option."""
+
+    input: str
+    option: int
+
+
+def render_prompt(
+    tokenizer: ChatTokenizer, input: tuple[Part, ...], q: Question, demonstrations: Sequence[Demonstration] = ()
+) -> str:
+    turns = []
+    for d in demonstrations:
+        turns.append({"role": "user", "content": user_turn((Text(d.input),), q)})
+        turns.append({"role": "assistant", "content": json_value(q.options[d.option].value)})
+    turns.append({"role": "user", "content": user_turn(input, q)})
+    return tokenizer.apply_chat_template(turns, add_generation_prompt=True)
 
 
 def turn_ending(tokenizer: ChatTokenizer, stop_markers: list[str]) -> str:
@@ -81,9 +101,15 @@ class TokenizedQuestion:
 class PromptBuilder:
     """Turns requests into token sequences for one model's tokenizer and template."""
 
-    def __init__(self, tokenizer: ChatTokenizer, stop_markers: list[str]) -> None:
+    def __init__(
+        self,
+        tokenizer: ChatTokenizer,
+        stop_markers: list[str],
+        demonstrations: Callable[[Question], Sequence[Demonstration]] = lambda q: (),
+    ) -> None:
         self.tokenizer = tokenizer
         self.ending = turn_ending(tokenizer, stop_markers)
+        self.demonstrations = demonstrations
 
     def candidate_texts(self, q: Question) -> list[str]:
         return [json_value(o.value) + self.ending for o in q.options]
@@ -91,7 +117,7 @@ class PromptBuilder:
     def tokenize(self, request: DecisionRequest) -> list[TokenizedQuestion]:
         out = []
         for q in request.questions:
-            prompt = self.tokenizer.encode(render_prompt(self.tokenizer, request.input, q))
+            prompt = self.tokenizer.encode(render_prompt(self.tokenizer, request.input, q, self.demonstrations(q)))
             candidates = tuple(tuple(self.tokenizer.encode(t)) for t in self.candidate_texts(q))
             out.append(TokenizedQuestion(tuple(prompt), candidates))
         return out

@@ -124,6 +124,16 @@ class Calibrator:
         self.profile = profile
         self.priors = PriorCache(cache_size)
 
+    def with_profile(self, profile) -> Calibrator:
+        """The same method and prior cache (a prior does not depend on the profile) with `profile`."""
+        other = Calibrator(self.method, profile)
+        other.priors = self.priors
+        return other
+
+    def demonstrations(self, q: Question) -> tuple:
+        """What the profile shows before the input of `q` (its fit was made on such prompts)."""
+        return self.profile.demonstrations(q) if self.profile is not None else ()
+
     def _fitted(self, q: Question):
         return self.profile.entry(q) if self.profile is not None else None
 

@@ -61,39 +61,48 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from .calibration import DEFAULT
-    from .evaluate import report, score, tabulate
-    from .fit import MIN_LABELS, cross_validated_probabilities, fit_profile
+    from .evaluate import evaluate, report, score, tabulate
+    from .fit import MIN_LABELS, choose_demonstrations, cross_validated_probabilities, draft_profile, fit_profile
     from .metrics import Scores
 
     examples = _load(args.data)[: args.limit]
     decider = _decider(args)
     start = time.perf_counter()
-    groups = score(decider, examples, progress=not args.quiet)
+    shown = choose_demonstrations(examples, args.demonstrations)
+    held = {i for picks in shown.values() for i, _ in picks}
+    fitted_on = [ex for i, ex in enumerate(examples) if i not in held]
+    scorer = decider.with_profile(draft_profile(decider, shown))
+    groups = score(scorer, fitted_on, progress=not args.quiet)
     scored_s = time.perf_counter() - start
-    profile = fit_profile(decider, groups)
+    profile = fit_profile(decider, groups, shown)
     fit_s = time.perf_counter() - start - scored_s
     if not profile.entries:
         raise cli.CLIError(f"no question has enough labels to fit (at least {MIN_LABELS} each)")
     profile.save(args.output)
     print(
-        f"fitted {len(profile.entries)} question(s) on {len(examples)} examples: scoring {scored_s:.0f} s, fit {fit_s:.1f} s"
+        f"fitted {len(profile.entries)} question(s) on {len(fitted_on)} examples ({len(held)} more shown as "
+        f"demonstrations): scoring {scored_s:.0f} s, fit {fit_s:.1f} s"
     )
     for e in profile.entries.values():
         where = f" ({e.readout.described} of {len(decider.parts.layers)})" if e.method == "readout" else ""
-        print(f"  {e.method}{where}: {e.instructions}")
+        print(f"  {e.method}{where}, {len(e.demonstrations)} demonstrations: {e.instructions}")
     print(f"profile: {args.output} (model {decider.model_id})")
     fitted = [g for g in groups if profile.entry(g.question)]
     if args.dev:
         dev = _load(args.dev)
-        dev_groups = [g for g in score(decider, dev, progress=not args.quiet) if profile.entry(g.question)]
+        modes = list(dict.fromkeys(["none", DEFAULT, "profile"]))
+        table, dev_groups = evaluate(decider.with_profile(profile), dev, modes, profile, progress=not args.quiet)
         print(f"\ndev: {args.dev}, {len(dev)} examples")
-        report(tabulate(decider, dev_groups, list(dict.fromkeys(["none", DEFAULT, "profile"])), profile), dev_groups)
+        report(table, [g for g in dev_groups if profile.entry(g.question)])
         return 0
-    table = tabulate(decider, fitted, list(dict.fromkeys(["none", DEFAULT])))
+    table = tabulate(scorer, fitted, list(dict.fromkeys(["none", DEFAULT])))
     for g in fitted:
         p = cross_validated_probabilities(g, args.cv)
         table[g.name][f"fitted ({args.cv}-fold)"] = (Scores.of(p, g.y), p)
-    print(f"\nbefore / after, {args.cv}-fold cross-validated on the same labels (each fold fitted on the others):")
+    print(
+        f"\nbefore / after, {args.cv}-fold cross-validated on the same labels (each fold fitted on the others); "
+        "every column is asked after the question's demonstrations:"
+    )
     report(table, fitted)
     return 0
 
@@ -124,6 +133,14 @@ def register(sub) -> None:
     fit.add_argument("--dev", default=None, metavar="DEV.jsonl", help="measure on these examples (default: --cv)")
     fit.add_argument("--cv", type=int, default=4, help="folds of the cross-validated before/after (default 4)")
     fit.add_argument("--limit", type=int, default=None, help="only the first N examples of DATA")
+    fit.add_argument(
+        "--demonstrations",
+        type=int,
+        default=None,
+        metavar="N",
+        help="labelled examples each question's prompt shows, not fitted on (default: 4, at least one per labelled "
+        "option, at most 8; 0: none)",
+    )
     fit.add_argument("-q", "--quiet", action="store_true", help="no progress bars or logs")
     fit.set_defaults(func=cmd_fit)
 

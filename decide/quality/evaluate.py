@@ -105,9 +105,17 @@ def probabilities(scored: Scored, mode: str, found_priors: dict, profile=None) -
 
 
 def evaluate(decider, examples: Sequence[Example], modes: Sequence[str], profile=None, progress: bool = True):
-    """{question name: {mode: (Scores, p)}} plus the Scored groups."""
-    groups = score(decider, examples, progress)
-    return tabulate(decider, groups, modes, profile), groups
+    """{question name: {mode: (Scores, p)}} plus the Scored groups. A profile that shows demonstrations is
+    measured on its own scoring run (its prompts differ); every other mode comes from the plain prompts."""
+    if profile is None or not profile.shows_demonstrations or "profile" not in modes:
+        groups = score(decider, examples, progress)
+        return tabulate(decider, groups, modes, profile), groups
+    plain = decider.with_profile(None)
+    groups = score(plain, examples, progress)
+    table = tabulate(plain, groups, [m for m in modes if m != "profile"])
+    for g in score(decider.with_profile(profile), examples, progress):
+        table[g.name].update(tabulate(plain, [g], ["profile"], profile)[g.name])
+    return table, groups
 
 
 def tabulate(decider, groups: list[Scored], modes: Sequence[str], profile=None) -> dict:
@@ -116,6 +124,8 @@ def tabulate(decider, groups: list[Scored], modes: Sequence[str], profile=None) 
     for g in groups:
         table[g.name] = {}
         for mode in modes:
+            if mode == "profile" and (profile is None or profile.entry(g.question) is None):
+                continue  # a question the profile does not know is answered as without it
             p = probabilities(g, mode, found, profile)
             table[g.name][mode] = (Scores.of(p, g.y), p)
     return table

@@ -1,6 +1,7 @@
 """Profiles: what `decide fit` learned per question, stored with the fingerprint of the model it used.
 
-    PROFILE_DIR/profile.json   model id, weights fingerprint, one entry per question (key, method, bias)
+    PROFILE_DIR/profile.json   model id, weights fingerprint, one entry per question (key, method, bias,
+                               the demonstrations its prompt shows)
     PROFILE_DIR/<key>.npz      a readout's arrays (mean, std, weights, bias)
 
 A question is matched by its key: a hash of its kind, instructions and options (values and
@@ -17,11 +18,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DecideError
+from ..prompts import Demonstration
 from ..request import Question
 from .fitting import Bias, Readout, model_log_probs
 
 PROFILE_FILE = "profile.json"
-FORMAT = 3  # 3: a readout names its layers; 2: one layer; 1: the last layer's state
+FORMAT = 4  # 4: demonstrations; 3: a readout names its layers; 2: one layer; 1: the last layer's state
 
 
 class ProfileError(DecideError):
@@ -50,12 +52,19 @@ def model_fingerprint(loaded) -> str:
 
 @dataclass(frozen=True)
 class Entry:
-    """One question's fit: `method` is the readout used when the hidden state is at hand."""
+    """One question's fit: `method` is the readout used when the hidden state is at hand. The fit was made
+    on prompts that show `demonstrations`, so they are shown wherever it answers."""
 
     instructions: str
     method: str  # "bias" or "readout"
     bias: Bias
     readout: Readout | None = None
+    demonstrations: tuple[Demonstration, ...] = ()
+
+    @classmethod
+    def unfitted(cls, q: Question, demonstrations: tuple[Demonstration, ...]) -> Entry:
+        """The model's own answers, asked after `demonstrations` (what `decide fit` scores its labels with)."""
+        return cls(q.instructions, "bias", Bias(1.0, np.zeros(len(q.options))), None, demonstrations)
 
     def probabilities(self, log_likelihoods, hidden: dict[int, np.ndarray] | None) -> np.ndarray:
         log_probs = model_log_probs(np.asarray([log_likelihoods]))
@@ -73,6 +82,14 @@ class Profile:
 
     def entry(self, q: Question) -> Entry | None:
         return self.entries.get(question_key(q))
+
+    def demonstrations(self, q: Question) -> tuple[Demonstration, ...]:
+        entry = self.entry(q)
+        return entry.demonstrations if entry else ()
+
+    @property
+    def shows_demonstrations(self) -> bool:
+        return any(e.demonstrations for e in self.entries.values())
 
     def check_model(self, loaded) -> None:
         found = model_fingerprint(loaded)
@@ -93,6 +110,7 @@ class Profile:
                 "method": e.method,
                 "scale": e.bias.scale,
                 "bias": e.bias.bias.tolist(),
+                "demonstrations": [{"input": d.input, "option": d.option} for d in e.demonstrations],
             }
             if e.readout is not None:
                 r = e.readout
@@ -134,7 +152,10 @@ def _entry(folder: Path, key: str, q: dict) -> Entry:
     if (folder / f"{key}.npz").exists():
         with np.load(folder / f"{key}.npz") as z:
             readout = Readout(z["mean"], z["std"], z["weights"], z["bias"], float(z["l2"]), _layers(z))
-    return Entry(q["instructions"], q["method"], Bias(float(q["scale"]), np.asarray(q["bias"], float)), readout)
+    shown = tuple(Demonstration(str(d["input"]), int(d["option"])) for d in q.get("demonstrations", ()))
+    if any(not 0 <= d.option < len(q["bias"]) for d in shown):
+        raise ValueError(f"question {key}: a demonstration's option is not one of its {len(q['bias'])}")
+    return Entry(q["instructions"], q["method"], Bias(float(q["scale"]), np.asarray(q["bias"], float)), readout, shown)
 
 
 def _layers(z) -> tuple[int, ...]:

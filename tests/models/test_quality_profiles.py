@@ -1,4 +1,5 @@
-"""Fitted profiles on the tiny model: they round-trip, apply to their own question only, and refuse other models."""
+"""Fitted profiles on the tiny model: they round-trip, apply to their own question only, refuse other models, and
+show their demonstrations before the input."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import numpy as np
 import pytest
 
 from decide.core import Decider, DeciderOptions
+from decide.prompts import Demonstration, TokenizedQuestion, render_prompt
 from decide.quality.data import load
-from decide.quality.evaluate import score
-from decide.quality.fit import fit_profile
-from decide.quality.profile import Profile, ProfileError, question_key
-from decide.request import Question
+from decide.quality.evaluate import evaluate, score
+from decide.quality.fit import choose_demonstrations, fit_profile
+from decide.quality.profile import Entry, Profile, ProfileError, model_fingerprint, question_key
+from decide.request import Question, Text
+from decide.scoring.reference import score_reference
 
 TEAM = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "technical": None}}
 
@@ -60,3 +63,81 @@ def test_a_profile_from_another_model_is_refused(tiny_qwen2_gguf_path, fitted, t
 def test_a_missing_profile_says_how_to_make_one(tiny_model, tmp_path):
     with pytest.raises(ProfileError, match="no profile in .*decide fit"):
         Decider(tiny_model, DeciderOptions(profile=tmp_path))
+
+
+def shown_profile(decider: Decider, demonstrations: tuple[Demonstration, ...]) -> Profile:
+    profile = Profile(decider.model_id, model_fingerprint(decider.loaded))
+    profile.entries[question_key(TEAM_Q)] = Entry.unfitted(TEAM_Q, demonstrations)
+    return profile
+
+
+TEAM_Q = Question.choice("Which team?", [("billing", "money"), ("technical", None)])
+SHOWN = (Demonstration("my card was charged twice", 0), Demonstration("the app crashes on start", 1))
+
+
+def test_demonstrations_are_scored_as_the_reference_scores_their_prompt(tiny_model):
+    """A profile that shows demonstrations: its question is asked after them (the trie engine against one full
+    forward per candidate of the prompt rendered by hand); a question it does not know keeps the plain prompt."""
+    plain = Decider(tiny_model, DeciderOptions(calibration="none"))
+    shown = plain.with_profile(shown_profile(plain, SHOWN))
+    other = Question.predicate("Is it urgent?")
+    got = shown.decide("a refund please", [TEAM_Q, other])
+    tok = tiny_model.tokenizer
+    prompt = tok.encode(render_prompt(tok, (Text("a refund please"),), TEAM_Q, SHOWN))
+    candidates = tuple(tuple(tok.encode(t)) for t in plain.prompts.candidate_texts(TEAM_Q))
+    [want] = score_reference(tiny_model.model, [TokenizedQuestion(tuple(prompt), candidates)]).log_likelihoods
+    # The trie engine leaves out normalizers that cancel in the softmax: compare within the question.
+    np.testing.assert_allclose(np.diff(got.answers[0].log_likelihoods), np.diff(want), atol=1e-3)
+    before = plain.decide("a refund please", [TEAM_Q, other])
+    assert not np.allclose(np.diff(got.answers[0].log_likelihoods), np.diff(before.answers[0].log_likelihoods))
+    np.testing.assert_allclose(got.answers[1].probabilities, before.answers[1].probabilities, atol=1e-5)
+    # The copy shares the model and caches but not the profile.
+    assert plain.calibrator.profile is None and shown.loaded is plain.loaded and shown.trie is plain.trie
+
+
+def test_demonstrations_round_trip_and_a_bad_one_is_refused(tiny_model, tmp_path):
+    decider = Decider(tiny_model, DeciderOptions(calibration="none"))
+    folder = shown_profile(decider, SHOWN).save(tmp_path / "p")
+    assert Profile.load(folder).demonstrations(TEAM_Q) == SHOWN
+    body = json.loads((folder / "profile.json").read_text())
+    body["questions"][question_key(TEAM_Q)]["demonstrations"][0]["option"] = 2
+    (folder / "profile.json").write_text(json.dumps(body))
+    with pytest.raises(ProfileError, match="demonstration's option is not one of its 2"):
+        Profile.load(folder)
+
+
+def examples(n: int, tmp_path) -> list:
+    rows = [
+        line(f"ticket {i} {'about money' * (1 + i % 3)}", {"team": ["technical", "billing"][i % 2]}) for i in range(n)
+    ]
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    return load(path)
+
+
+def test_fit_chooses_short_demonstrations_of_every_option_and_does_not_fit_on_them(tmp_path):
+    data = examples(40, tmp_path)
+    shown = choose_demonstrations(data)
+    [(question, picks)] = shown.items()
+    assert question == TEAM_Q and len(picks) == 4
+    assert sorted(d.option for _, d in picks) == [0, 0, 1, 1]
+    median = np.median([len(ex.request.input[0].text) for ex in data])
+    for i, d in picks:
+        assert d.input == data[i].request.input[0].text and len(d.input) <= median
+        assert d.option == data[i].labels[0]
+    assert choose_demonstrations(data) == shown  # seeded
+    assert choose_demonstrations(data, 0) == {} and choose_demonstrations(data[:19]) == {}
+    assert [d.option for _, d in choose_demonstrations(data, 3)[TEAM_Q]].count(0) >= 1
+
+
+def test_eval_measures_a_demonstrating_profile_on_its_own_prompts(tiny_model, tmp_path):
+    """`profile` comes from the prompts with demonstrations, every other mode from the plain ones."""
+    data = examples(12, tmp_path)
+    plain = Decider(tiny_model, DeciderOptions(calibration="none"))
+    profile = shown_profile(plain, SHOWN)
+    table, groups = evaluate(plain.with_profile(profile), data, ["none", "profile"], profile)
+    shown = plain.with_profile(profile)
+    want = [shown.decide(ex.request).answers[0].probabilities for ex in data]
+    np.testing.assert_allclose(table["team"]["profile"][1], want, atol=1e-6)
+    before = [plain.decide(ex.request).answers[0].probabilities for ex in data]
+    np.testing.assert_allclose(table["team"]["none"][1], before, atol=1e-6)

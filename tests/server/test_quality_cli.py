@@ -107,9 +107,12 @@ def test_eval_and_fit_load_the_precision_they_are_given(root, env):
     assert result.returncode == 0, result.stderr
     assert "int8 weights through onednn" in result.stderr and re.search(r"\n  none +[0-9.]+", result.stdout)
     out = root / "bf16-profile"
-    result = decide(env, "fit", str(root / "data.jsonl"), "-o", str(out), "--precision", "bfloat16", "--cv", "2")
+    args = ("-o", str(out), "--precision", "bfloat16", "--cv", "2", "--demonstrations", "0")
+    result = decide(env, "fit", str(root / "data.jsonl"), *args)
     assert result.returncode == 0, result.stderr
-    assert "bfloat16 weights through onednn" in result.stderr and (out / "profile.json").exists()
+    assert "bfloat16 weights through onednn" in result.stderr and "(0 more shown as demonstrations)" in result.stdout
+    body = json.loads((out / "profile.json").read_text())
+    assert [q["demonstrations"] for q in body["questions"].values()] == [[], []]
 
 
 def test_a_fitted_profile_is_evaluated_and_written_with_the_model(root, env, profile):
@@ -117,6 +120,9 @@ def test_a_fitted_profile_is_evaluated_and_written_with_the_model(root, env, pro
     loaded = load_model(env["DECIDE_MODEL"], cache_dir=env["DECIDE_CACHE_DIR"], progress=False)
     assert body["model"] == loaded.model_id
     assert len(body["questions"]) == 2 and len(body["fingerprint"]) == 32
+    # 30 labels each: four of them shown in the prompt (two per answer), the other 26 fitted on.
+    for question in body["questions"].values():
+        assert sorted(d["option"] for d in question["demonstrations"]) == [0, 0, 1, 1]
     result = decide(env, "eval", str(root / "data.jsonl"), "--profile", str(profile), "-q")
     assert result.returncode == 0, result.stderr
     assert re.search(r"\n  profile +[0-9.]+", result.stdout)

@@ -5,7 +5,7 @@ import jinja2
 import pytest
 
 from decide.errors import UnsupportedInput
-from decide.prompts import json_value, question_block, turn_ending, user_turn
+from decide.prompts import Demonstration, json_value, question_block, render_prompt, turn_ending, user_turn
 from decide.request import Image, Option, Question, Text
 
 CHATML = (
@@ -60,6 +60,20 @@ def test_score_block_says_the_order_and_predicate_lists_false_first():
 def test_user_turn_is_input_blank_line_block():
     q = Question.predicate("Refund?")
     assert user_turn((Text("Hello"), Text(" there")), q) == "Hello there\n\n" + question_block(q)
+
+
+def test_demonstrations_are_earlier_turns_answered_with_their_option():
+    q = Question.score("How angry?", ["calm", "angry"])
+    shown = (Demonstration("Thanks!", 0), Demonstration("This is the third time!!", 1))
+    block = question_block(q)
+    assert render_prompt(TemplateTokenizer(CHATML), (Text("Hello"),), q, shown) == (
+        f'<|im_start|>user\nThanks!\n\n{block}<|im_end|>\n<|im_start|>assistant\n"calm"<|im_end|>\n'
+        f'<|im_start|>user\nThis is the third time!!\n\n{block}<|im_end|>\n<|im_start|>assistant\n"angry"<|im_end|>\n'
+        f"<|im_start|>user\nHello\n\n{block}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert render_prompt(TemplateTokenizer(CHATML), (Text("Hello"),), q) == (
+        f"<|im_start|>user\nHello\n\n{block}<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_images_are_refused_for_text_models():
