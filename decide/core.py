@@ -210,7 +210,7 @@ class Decider:
         ready = [p for p in slots if isinstance(p, Prepared)]
         priors = self._prior_jobs(ready)
         with self._lock:
-            results = self._score_many([p.tokenized for p in ready] + [p.tokenized for _, p in priors])
+            results = self._score_parts([*ready, *(p for _, p in priors)])
         self._learn_priors(priors, results[len(ready) :], results)
         decisions = iter(self._decision(p.request, p.tokenized, r) for p, r in zip(ready, results))
         return [next(decisions) if isinstance(p, Prepared) else p for p in slots]
@@ -257,6 +257,26 @@ class Decider:
                     f"question {i} needs {longest} tokens (prompt + longest answer) but the model's context is {limit}",
                     question_index=i,
                 )
+
+    def _score_parts(self, requests: list[Prepared]) -> list[ScoreResult]:
+        """Score requests; one whose questions show different demonstrations is scored in one part per set of them,
+        so that each part's prompts share their start (demonstrations, then the input) and the prefix cache keeps it."""
+        parts = [(r, idx) for r, p in enumerate(requests) for idx in self._parts(p.request.questions)]
+        scored = self._score_many([[requests[r].tokenized[i] for i in idx] for r, idx in parts])
+        results = [ScoreResult([np.zeros(0)] * len(p.tokenized), [None] * len(p.tokenized)) for p in requests]
+        for (r, idx), part in zip(parts, scored):
+            for i, lls, hidden in zip(idx, part.log_likelihoods, part.hidden):
+                results[r].log_likelihoods[i], results[r].hidden[i] = lls, hidden
+            results[r].computed_tokens += part.computed_tokens
+            results[r].cached_tokens += part.cached_tokens
+            results[r].cache_write_tokens += part.cache_write_tokens
+        return results
+
+    def _parts(self, questions: Sequence[Question]) -> list[list[int]]:
+        by_shown: dict[tuple, list[int]] = {}
+        for i, q in enumerate(questions):
+            by_shown.setdefault(self._demonstrations(q), []).append(i)
+        return list(by_shown.values())
 
     def _score_many(self, requests: list[list[TokenizedQuestion]]) -> list[ScoreResult]:
         # One-option questions are certain: they never reach the model.

@@ -14,7 +14,7 @@ from decide.quality.data import load
 from decide.quality.evaluate import evaluate, score
 from decide.quality.fit import choose_demonstrations, fit_profile
 from decide.quality.profile import Entry, Profile, ProfileError, model_fingerprint, question_key
-from decide.request import Question, Text
+from decide.request import DecisionRequest, Question, Text
 from decide.scoring.reference import score_reference
 
 TEAM = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "technical": None}}
@@ -141,3 +141,20 @@ def test_eval_measures_a_demonstrating_profile_on_its_own_prompts(tiny_model, tm
     np.testing.assert_allclose(table["team"]["profile"][1], want, atol=1e-6)
     before = [plain.decide(ex.request).answers[0].probabilities for ex in data]
     np.testing.assert_allclose(table["team"]["none"][1], before, atol=1e-6)
+
+
+def test_a_request_mixing_shown_and_plain_questions_is_scored_in_parts_the_cache_keeps(tiny_model):
+    """Each set of demonstrations starts its own prompts: the request is scored in one part per set, each part's
+    shared start (demonstrations, input) is cached, and every answer equals its question asked alone."""
+    decider = Decider(tiny_model, DeciderOptions(calibration="none")).with_profile(None)
+    decider.trie.cache.clear()
+    shown = decider.with_profile(shown_profile(decider, SHOWN))
+    questions = [Question.predicate("Is it urgent?"), TEAM_Q, Question.score("Mood?", ["calm", "angry"])]
+    first = shown.decide("a refund please", questions)
+    for q, answer in zip(questions, first.answers):
+        alone = shown.decide("a refund please", [q]).answers[0]
+        np.testing.assert_allclose(answer.probabilities, alone.probabilities, atol=1e-5)
+    again = shown.decide("a refund please", questions)
+    demo_prompt = shown.prompts.tokenize(DecisionRequest.of("a refund please", [TEAM_Q]))[0].prompt
+    assert again.usage.cached_tokens >= len(demo_prompt) - 2 * decider.trie.options.block
+    assert again.usage.computed_tokens < first.usage.computed_tokens / 2
