@@ -8,6 +8,8 @@ readout of the one layer cross-validation picks (what `decide fit` did before it
 layers it picks, and `decide fit`'s own choice (layers, L2, and readout or bias, all by cross-validation). The row
 "layer N (last)" is what `decide fit` did before it had the middle layers. Then `decide fit`'s dev
 accuracy when it has only the first --sizes training labels. Also the scoring and fitting times.
+Everything here is on the plain prompts: `decide fit` now first shows a few labels as demonstrations in
+the prompt, and `decide fit TRAIN --dev DEV` measures that.
 
     python -m bench.readout_layers build/eval/trec-w0-train.jsonl build/eval/trec-w0-dev.jsonl
 """
