@@ -4,7 +4,9 @@ hidden-state readout on the scores of the other labels, the better kept.
 A question with at least DEMONSTRATION_MIN labels shows DEMONSTRATIONS of them (at least one per labelled
 option, at most MAX_DEMONSTRATIONS; short ones, drawn with a fixed seed) before the input: in-context
 examples are the cheapest help a small model gets from labels, and, coming before the input, they are a
-prefix the cache shares. Examples shown are not fitted on. With fewer than READOUT_MIN labels only the bias is fitted. Otherwise both are (the readout on the
+prefix the cache shares. Examples shown are not fitted on.
+
+With fewer than READOUT_MIN labels only the bias is fitted. Otherwise both are (the readout on the
 layers and at the L2 strength `fit_readout` chooses), and the one with the lower cross-validated log
 loss on the training labels answers (the bias stays stored as the fallback for scorers that do not
 keep hidden states).
