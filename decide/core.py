@@ -259,39 +259,40 @@ class Decider:
                 )
 
     def _score_parts(self, requests: list[Prepared]) -> list[ScoreResult]:
-        """Score requests; one whose questions show different demonstrations is scored in one part per set of them,
-        so that each part's prompts share their start (demonstrations, then the input) and the prefix cache keeps it."""
-        parts = [(r, idx) for r, p in enumerate(requests) for idx in self._parts(p.request.questions)]
+        """Score requests in parts, each answer in its question's slot. One-option questions are certain: they never
+        reach the model. A request whose questions show different demonstrations is scored in one part per set of
+        them, so that each part's prompts share their start (demonstrations, then the input) and the cache keeps it."""
+        parts = [(r, idx) for r, p in enumerate(requests) for idx in self._parts(p.request.questions, p.tokenized)]
         scored = self._score_many([[requests[r].tokenized[i] for i in idx] for r, idx in parts])
-        results = [ScoreResult([np.zeros(0)] * len(p.tokenized), [None] * len(p.tokenized)) for p in requests]
+        results = [
+            ScoreResult([np.zeros(len(q.candidates)) for q in p.tokenized], [None] * len(p.tokenized)) for p in requests
+        ]
         for (r, idx), part in zip(parts, scored):
-            for i, lls, hidden in zip(idx, part.log_likelihoods, part.hidden):
-                results[r].log_likelihoods[i], results[r].hidden[i] = lls, hidden
+            for i, lls in zip(idx, part.log_likelihoods):
+                results[r].log_likelihoods[i] = lls
+            for i, hidden in zip(idx, part.hidden):  # scorers that keep no hidden states leave it empty
+                results[r].hidden[i] = hidden
             results[r].computed_tokens += part.computed_tokens
             results[r].cached_tokens += part.cached_tokens
             results[r].cache_write_tokens += part.cache_write_tokens
         return results
 
-    def _parts(self, questions: Sequence[Question]) -> list[list[int]]:
+    def _parts(self, questions: Sequence[Question], tokenized: list[TokenizedQuestion]) -> list[list[int]]:
         by_shown: dict[tuple, list[int]] = {}
-        for i, q in enumerate(questions):
-            by_shown.setdefault(self._demonstrations(q), []).append(i)
+        for i, (q, t) in enumerate(zip(questions, tokenized)):
+            if len(t.candidates) > 1:
+                by_shown.setdefault(self._demonstrations(q), []).append(i)
         return list(by_shown.values())
 
     def _score_many(self, requests: list[list[TokenizedQuestion]]) -> list[ScoreResult]:
-        # One-option questions are certain: they never reach the model.
-        todo = [[i for i, q in enumerate(qs) if len(q.candidates) > 1] for qs in requests]
-        subs = [[qs[i] for i in idx] for qs, idx in zip(requests, todo)]
         scorer = self.options.scorer
         if scorer == "trie" and self.trie is not None:
-            partials = self.trie.score_many(subs)
-        elif scorer == "reference":
-            partials = [score_reference(self.loaded.model, sub) for sub in subs]
-        elif scorer == "prompt_once" and self.parts is not None:
-            partials = [score_prompt_once(self.parts, self.loaded.model, sub) for sub in subs]
-        else:
-            raise InvalidRequest(f"scorer {scorer!r} cannot run model {self.model_id}", ("scorer",))
-        return [_spread(qs, idx, p) for qs, idx, p in zip(requests, todo, partials)]
+            return self.trie.score_many(requests)
+        if scorer == "reference":
+            return [score_reference(self.loaded.model, questions) for questions in requests]
+        if scorer == "prompt_once" and self.parts is not None:
+            return [score_prompt_once(self.parts, self.loaded.model, questions) for questions in requests]
+        raise InvalidRequest(f"scorer {scorer!r} cannot run model {self.model_id}", ("scorer",))
 
     def _decision(self, request: DecisionRequest, tokenized: list[TokenizedQuestion], result: ScoreResult) -> Decision:
         hidden = result.hidden or [None] * len(result.log_likelihoods)
@@ -324,22 +325,6 @@ class Prepared:
 
 def input_tokens(tokenized: list[TokenizedQuestion]) -> int:
     return sum(len(q.prompt) + sum(len(c) for c in q.candidates) for q in tokenized)
-
-
-def _spread(tokenized: list[TokenizedQuestion], scored: list[int], partial: ScoreResult) -> ScoreResult:
-    """The scored questions' results in their slots; one-option questions get log-likelihood 0."""
-    full = ScoreResult(
-        log_likelihoods=[np.zeros(len(q.candidates)) for q in tokenized],
-        hidden=[None] * len(tokenized),
-        computed_tokens=partial.computed_tokens,
-        cached_tokens=partial.cached_tokens,
-        cache_write_tokens=partial.cache_write_tokens,
-    )
-    for i, lls in zip(scored, partial.log_likelihoods):
-        full.log_likelihoods[i] = lls
-    for i, h in zip(scored, partial.hidden):
-        full.hidden[i] = h
-    return full
 
 
 def stop_markers(tokenizer) -> list[str]:
