@@ -10,6 +10,7 @@ descriptions), never its id. Questions without an entry are answered as without 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ class ProfileError(DecideError):
     """A profile that cannot be used: missing, unreadable, or fitted on other weights."""
 
 
+@functools.lru_cache(maxsize=4096)  # asked per question of every request: for its prompt, its parts, its answer
 def question_key(q: Question) -> str:
     spec = [q.kind, q.instructions, [[o.value, o.description] for o in q.options]]
     return hashlib.sha256(json.dumps(spec, ensure_ascii=False).encode()).hexdigest()[:24]
