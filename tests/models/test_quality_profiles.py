@@ -115,7 +115,7 @@ def examples(n: int, tmp_path) -> list:
     return load(path)
 
 
-def test_fit_chooses_short_demonstrations_of_every_option_and_does_not_fit_on_them(tmp_path):
+def test_fit_chooses_short_seeded_demonstrations_of_every_option(tmp_path):
     data = examples(40, tmp_path)
     shown = choose_demonstrations(data)
     [(question, picks)] = shown.items()
