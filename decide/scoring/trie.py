@@ -8,7 +8,8 @@
 A cold prefix thus costs no forward of its own (one pass of many rows keeps the matmuls busier
 than two of half as many). Its chain attends causally and every other node sees it whole, exactly as a
 cached prefix, so cold and warm answers agree. A prefix longer than PREFIX_CHUNK, or one under a
-request that takes several passes, is computed on its own first, in chunks.
+request that takes several passes, is computed on its own first, in chunks; so is the start that
+the prefixes of several requests share (one input asked about in several requests), once.
 
 Large requests are cut into passes of at most `max_nodes` forest nodes; a question too big
 for one pass is cut by candidates, and its normalizers are then always computed (a
@@ -173,6 +174,7 @@ class TrieScorer:
         for r, questions in enumerate(requests):
             if questions:
                 by_prefix.setdefault(self._prefix_tokens(questions), []).append(r)
+        owed = self._extend_stems(by_prefix, results)
         for prefix, members in by_prefix.items():
             owners: dict[TokenizedQuestion, list[tuple[int, int]]] = {}  # the same question is scored once
             for r in members:
@@ -181,6 +183,7 @@ class TrieScorer:
             questions = list(owners)
             passes = plan_jobs(questions, len(prefix), self.options.max_nodes)
             hit = self._lookup(prefix, results[members[0]])
+            results[members[0]].cached_tokens -= min(owed.get(members[0], 0), hit.length)  # its own stems
             for r in members[1:]:
                 results[r].cached_tokens += len(prefix)
             segments = [Segment(len(prefix), hit.kv, hit.length, questions, list(owners.values()), j) for j in passes]
@@ -191,6 +194,25 @@ class TrieScorer:
                 kv = self._extend(prefix, hit, results[members[0]])
                 segments = [replace(seg, kv=kv, cached=len(prefix)) for seg in segments]
             yield segments
+
+    def _extend_stems(self, by_prefix: dict[tuple[int, ...], list[int]], results: list[ScoreResult]) -> dict[int, int]:
+        """Compute and cache, once, each uncached block-aligned start that several distinct prefixes share
+        (the same input asked about in several requests, a profile's demonstrations), shortest first, so
+        that their groups find it in the cache instead of each computing it in its own chain.
+        Returns the tokens computed per request that asked first: its own lookup will count them as cached."""
+        ordered = sorted(by_prefix)
+        stems = set()
+        for a, b in zip(ordered, ordered[1:]):
+            shared = common_prefix_length([a, b]) // self.options.block * self.options.block
+            stems.add(a[:shared])
+        owed: dict[int, int] = {}
+        for stem in sorted(stems - {()}, key=len):
+            hit = self.cache.lookup(stem)
+            if hit.length < len(stem):
+                first = min(r for prefix, members in by_prefix.items() if prefix[: len(stem)] == stem for r in members)
+                self._extend(stem, hit, results[first])
+                owed[first] = owed.get(first, 0) + len(stem) - hit.length
+        return owed
 
     def _merge(self, segments: list[Segment]) -> list[list[Segment]]:
         """Consecutive segments per forward pass, within max_nodes forest nodes and max_width attended columns."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scoring_cases import assert_same_answers, requests, trie_minimum
+from scoring_cases import assert_same_answers, questions, requests, texts, trie_minimum
 
 from decide.core import Decider, DeciderOptions
 from decide.errors import ContextLengthExceeded, ModelNotFound, UnsupportedInput
@@ -142,6 +142,23 @@ def test_a_merged_batch_answers_each_request_as_if_alone(deciders, batch, repeat
         assert a.usage.input_tokens == b.usage.input_tokens
     if max_nodes == 1024:  # one pass per prefix: the batch computes at most what solo runs of its distinct requests do
         assert cold_merged <= sum(cold(trie).decide(r).usage.computed_tokens for r in set(batch))
+
+
+@SETTINGS
+@given(text=texts, asked=st.lists(questions(), min_size=2, max_size=4))
+def test_requests_about_the_same_input_compute_its_start_once(deciders, text, asked):
+    """Each request's prefix ends in its own question, so no two are equal; a cold batch still computes the
+    start they share once (but for the part of it after its last whole cache block) and answers as if alone."""
+    trie = Decider(deciders["trie"].loaded, DeciderOptions(scorer="trie", trie=TrieOptions(max_nodes=1 << 16)))
+    document = "A long shared document about the weather, the sea and the hills. " * 4 + text
+    batch = [DecisionRequest.of(document, [q]) for q in dict.fromkeys(asked) if len(q.options) > 1]
+    merged = cold(trie).decide_batch(batch)
+    tokenized = [q for r in batch for q in trie.prompts.tokenize(r)]
+    least, block = trie_minimum(tokenized), trie.options.trie.block
+    assert least <= sum(d.usage.computed_tokens for d in merged) <= least + (block - 1) * (len(batch) - 1)
+    for request, answer in zip(batch, merged):
+        assert_same_answers(answer, cold(trie).decide(request), NOISE)
+        assert answer.usage.cached_tokens + answer.usage.computed_tokens <= answer.usage.input_tokens
 
 
 def test_a_repeated_request_in_a_batch_is_computed_once(deciders):
