@@ -5,9 +5,11 @@ rendered with the model's chat template (generation prompt on, thinking off). Ca
 is JSON(option k) followed by the template's end-of-turn text, tokenized in one piece so
 that merges at the join are the ones the model would produce.
 
-A question a `decide fit` profile shows demonstrations for is asked after them: each is an
-earlier user turn of the same form (its input and the question block) answered by an assistant
-turn holding its right answer's JSON. They come before the input, so the prefix cache shares them.
+A question a `decide fit` profile shows demonstrations for is asked as a series: the first user
+turn holds the question block (worded for every input that follows) and the first demonstration's
+input, each later turn one input alone, each demonstration answered by an assistant turn holding
+its right answer's JSON, the input last. Everything before the input is then the same for every
+input, so the prefix cache shares it: a request computes only its input and the candidates.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Protocol
 from .request import DecisionRequest, Image, Part, Question, Text, refuse_images
 
 _MARKER = "\u2063decide-ending-marker\u2063"
+SERIES_LEAD = "Evaluate each input that follows, one at a time."
 
 
 class ChatTokenizer(Protocol):
@@ -35,8 +38,8 @@ def json_value(value: str | bool) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def question_block(q: Question) -> str:
-    lines = ["Evaluate the preceding input.", f"Question: {q.instructions}", q.spec.header]
+def question_block(q: Question, lead: str = "Evaluate the preceding input.") -> str:
+    lines = [lead, f"Question: {q.instructions}", q.spec.header]
     for o in q.options:
         lines.append(f"{json_value(o.value)} \u2014 {o.description}" if o.description else json_value(o.value))
     lines.append("Answer with exactly one of the JSON values above. Do not explain.")
@@ -45,7 +48,10 @@ def question_block(q: Question) -> str:
 
 def user_turn(input: tuple[Part, ...], q: Question) -> str:
     """The user turn's text. Only text models are served: an image here is a caller error."""
-    parts = (*input, Text("\n\n" + question_block(q)), *q.attachments)
+    return text_of((*input, Text("\n\n" + question_block(q)), *q.attachments))
+
+
+def text_of(parts: Sequence[Part]) -> str:
     refuse_images([((), p) for p in parts if isinstance(p, Image)], "this model")
     return "".join(p.text for p in parts)  # type: ignore[union-attr]
 
@@ -61,11 +67,16 @@ class Demonstration:
 def render_prompt(
     tokenizer: ChatTokenizer, input: tuple[Part, ...], q: Question, demonstrations: Sequence[Demonstration] = ()
 ) -> str:
+    if not demonstrations:
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": user_turn(input, q)}], add_generation_prompt=True
+        )
+    task = text_of((Text(question_block(q, SERIES_LEAD)), *q.attachments, Text("\n\n")))
     turns = []
-    for d in demonstrations:
-        turns.append({"role": "user", "content": user_turn((Text(d.input),), q)})
+    for i, d in enumerate(demonstrations):
+        turns.append({"role": "user", "content": (task if i == 0 else "") + d.input})
         turns.append({"role": "assistant", "content": json_value(q.options[d.option].value)})
-    turns.append({"role": "user", "content": user_turn(input, q)})
+    turns.append({"role": "user", "content": text_of(input)})
     return tokenizer.apply_chat_template(turns, add_generation_prompt=True)
 
 

@@ -24,7 +24,7 @@ from ..request import Question
 from .fitting import Bias, Readout, model_log_probs
 
 PROFILE_FILE = "profile.json"
-FORMAT = 4  # 4: demonstrations; 3: a readout names its layers; 2: one layer; 1: the last layer's state
+FORMAT = 5  # 5: demonstrations as a series; 4: each with its question block; 3: a readout names its layers; 2: one layer; 1: the last layer's state
 
 
 class ProfileError(DecideError):
@@ -138,6 +138,11 @@ class Profile:
                 raise ProfileError(
                     f"the profile in {folder} has format {body['format']}, from a newer decide (this one reads "
                     f"up to {FORMAT}); upgrade decide or fit it again"
+                )
+            if body.get("format", 1) == 4 and any(q.get("demonstrations") for q in body["questions"].values()):
+                raise ProfileError(
+                    f"the profile in {folder} (format 4) was fitted on demonstrations laid out as this decide no "
+                    "longer shows them; fit it again with `decide fit`"
                 )
             entries = {key: _entry(folder, key, q) for key, q in body["questions"].items()}
             return cls(body["model"], body["fingerprint"], entries)

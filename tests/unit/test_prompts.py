@@ -62,18 +62,27 @@ def test_user_turn_is_input_blank_line_block():
     assert user_turn((Text("Hello"), Text(" there")), q) == "Hello there\n\n" + question_block(q)
 
 
-def test_demonstrations_are_earlier_turns_answered_with_their_option():
+def test_demonstrations_make_a_series_the_task_first_then_inputs_and_answers():
     q = Question.score("How angry?", ["calm", "angry"])
     shown = (Demonstration("Thanks!", 0), Demonstration("This is the third time!!", 1))
-    block = question_block(q)
+    task = question_block(q, "Evaluate each input that follows, one at a time.")
+    assert task.startswith("Evaluate each input that follows, one at a time.\nQuestion: How angry?\n")
     assert render_prompt(TemplateTokenizer(CHATML), (Text("Hello"),), q, shown) == (
-        f'<|im_start|>user\nThanks!\n\n{block}<|im_end|>\n<|im_start|>assistant\n"calm"<|im_end|>\n'
-        f'<|im_start|>user\nThis is the third time!!\n\n{block}<|im_end|>\n<|im_start|>assistant\n"angry"<|im_end|>\n'
-        f"<|im_start|>user\nHello\n\n{block}<|im_end|>\n<|im_start|>assistant\n"
+        f'<|im_start|>user\n{task}\n\nThanks!<|im_end|>\n<|im_start|>assistant\n"calm"<|im_end|>\n'
+        '<|im_start|>user\nThis is the third time!!<|im_end|>\n<|im_start|>assistant\n"angry"<|im_end|>\n'
+        "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
     )
     assert render_prompt(TemplateTokenizer(CHATML), (Text("Hello"),), q) == (
-        f"<|im_start|>user\nHello\n\n{block}<|im_end|>\n<|im_start|>assistant\n"
+        f"<|im_start|>user\nHello\n\n{question_block(q)}<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def test_a_series_keeps_the_question_attachments_with_the_task_and_refuses_images():
+    q = Question.predicate("Is this the logo?", attachments=[Text("Image reference: 1")])
+    rendered = render_prompt(TemplateTokenizer(CHATML), (Text("Hello"),), q, (Demonstration("Hi", 1),))
+    assert "Do not explain.Image reference: 1\n\nHi<|im_end|>" in rendered
+    with pytest.raises(UnsupportedInput):
+        render_prompt(TemplateTokenizer(CHATML), (Image(b"\x89PNG\r\n\x1a\n"),), q, (Demonstration("Hi", 1),))
 
 
 def test_images_are_refused_for_text_models():

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from decide.prompts import Demonstration
 from decide.quality.fitting import Bias, Readout
 from decide.quality.profile import PROFILE_FILE, Entry, Profile, ProfileError
 
@@ -87,3 +89,17 @@ def test_a_profile_of_a_newer_format_is_refused(tmp_path):
     (folder / PROFILE_FILE).write_text(json.dumps(body))
     with pytest.raises(ProfileError, match="format 99, from a newer decide"):
         Profile.load(folder)
+
+
+def test_a_format_4_profile_loads_unless_it_shows_demonstrations(tmp_path):
+    """Format 4 showed each demonstration with its own question block: its fits do not hold for a series."""
+    shown = Entry("Which?", "bias", Bias(1.0, np.zeros(K)), None, (Demonstration("hi", 1),))
+    for entries, refused in (({"key": shown}, True), ({"key": replace(shown, demonstrations=())}, False)):
+        folder = Profile("m", "f" * 32, entries).save(tmp_path / str(refused))
+        body = json.loads((folder / PROFILE_FILE).read_text())
+        (folder / PROFILE_FILE).write_text(json.dumps({**body, "format": 4}))
+        if refused:
+            with pytest.raises(ProfileError, match="format 4.*fit it again"):
+                Profile.load(folder)
+        else:
+            assert Profile.load(folder).entries["key"].demonstrations == ()
