@@ -24,7 +24,9 @@ from ..request import Question
 from .fitting import Bias, Readout, model_log_probs
 
 PROFILE_FILE = "profile.json"
-FORMAT = 5  # 5: demonstrations as a series; 4: each with its question block; 3: a readout names its layers; 2: one layer; 1: the last layer's state
+# 5: demonstrations as a series; 4: each with its question block (not read if it shows any); 3: a readout
+# names its layers; 2: one layer; 1: the last layer's state
+FORMAT = 5
 
 
 class ProfileError(DecideError):
