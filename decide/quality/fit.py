@@ -31,7 +31,7 @@ MIN_LABELS = 8
 READOUT_MIN = 100
 MAX_LAYERS = 3  # states concatenated in one readout
 DEMONSTRATION_MIN = 20
-DEMONSTRATIONS = 4
+DEMONSTRATIONS = 8
 MAX_DEMONSTRATIONS = 8
 
 Shown = dict[Question, list[tuple[int, Demonstration]]]  # per question: (example index, demonstration)
@@ -40,7 +40,8 @@ Shown = dict[Question, list[tuple[int, Demonstration]]]  # per question: (exampl
 def choose_demonstrations(examples: Sequence[Example], count: int | None = None, seed: int = 0) -> Shown:
     """Per question with DEMONSTRATION_MIN labels or more: `count` (default: DEMONSTRATIONS, and at least one per
     labelled option, up to MAX_DEMONSTRATIONS) text-only examples, taken in turn from its options, the most
-    labelled first, each an example no longer than the question's median input, in a seeded random order."""
+    labelled first, each an example no longer than the question's median input while the option has one left,
+    in a seeded random order."""
     by_question: dict[Question, dict[int, list[tuple[int, str]]]] = {}
     for i, ex in enumerate(examples):
         if not all(isinstance(p, Text) for p in ex.request.input):
@@ -61,7 +62,8 @@ def choose_demonstrations(examples: Sequence[Example], count: int | None = None,
         order = sorted(pools, key=lambda o: (-len(by_option[o]), o))
         picks: list[tuple[int, Demonstration]] = []
         for o in (order * math.ceil(want / len(order)))[:want]:
-            pool = [e for e in pools[o] if e[0] not in {i for i, _ in picks}]
+            taken = {i for i, _ in picks}
+            pool = [e for e in pools[o] if e[0] not in taken] or [e for e in by_option[o] if e[0] not in taken]
             if pool:
                 i, text = rng.choice(pool)
                 picks.append((i, Demonstration(text, o)))

@@ -119,8 +119,8 @@ def test_fit_chooses_short_seeded_demonstrations_of_every_option(tmp_path):
     data = examples(40, tmp_path)
     shown = choose_demonstrations(data)
     [(question, picks)] = shown.items()
-    assert question == TEAM_Q and len(picks) == 4
-    assert sorted(d.option for _, d in picks) == [0, 0, 1, 1]
+    assert question == TEAM_Q and len(picks) == 8
+    assert sorted(d.option for _, d in picks) == [0] * 4 + [1] * 4
     median = np.median([len(ex.request.input[0].text) for ex in data])
     for i, d in picks:
         assert d.input == data[i].request.input[0].text and len(d.input) <= median

@@ -120,9 +120,9 @@ def test_a_fitted_profile_is_evaluated_and_written_with_the_model(root, env, pro
     loaded = load_model(env["DECIDE_MODEL"], cache_dir=env["DECIDE_CACHE_DIR"], progress=False)
     assert body["model"] == loaded.model_id
     assert len(body["questions"]) == 2 and len(body["fingerprint"]) == 32
-    # 30 labels each: four of them shown in the prompt (two per answer), the other 26 fitted on.
+    # 30 labels each: eight of them shown in the prompt (four per answer), the other 22 fitted on.
     for question in body["questions"].values():
-        assert sorted(d["option"] for d in question["demonstrations"]) == [0, 0, 1, 1]
+        assert sorted(d["option"] for d in question["demonstrations"]) == [0] * 4 + [1] * 4
     result = decide(env, "eval", str(root / "data.jsonl"), "--profile", str(profile), "-q")
     assert result.returncode == 0, result.stderr
     assert re.search(r"\n  profile +[0-9.]+", result.stdout)
