@@ -261,7 +261,8 @@ class Decider:
     def _score_parts(self, requests: list[Prepared]) -> list[ScoreResult]:
         """Score requests in parts, each answer in its question's slot. One-option questions are certain: they never
         reach the model. A request whose questions show different demonstrations is scored in one part per set of
-        them, so that each part's prompts share their start (demonstrations, then the input) and the cache keeps it."""
+        them, so that each part's prompts share their start (the question and its demonstrations) and the cache
+        keeps it."""
         parts = [(r, idx) for r, p in enumerate(requests) for idx in self._parts(p.request.questions, p.tokenized)]
         scored = self._score_many([[requests[r].tokenized[i] for i in idx] for r, idx in parts])
         results = [

@@ -209,7 +209,7 @@ class TrieScorer:
         for stem in sorted(stems - {()}, key=len):
             hit = self.cache.lookup(stem)
             if hit.length < len(stem):
-                first = min(r for prefix, members in by_prefix.items() if prefix[: len(stem)] == stem for r in members)
+                first = next(members[0] for prefix, members in by_prefix.items() if prefix[: len(stem)] == stem)
                 self._extend(stem, hit, results[first])
                 owed[first] = owed.get(first, 0) + len(stem) - hit.length
         return owed
