@@ -101,6 +101,9 @@ def targets(rows: dict, ceilings: dict[str, float | None]) -> list[str]:
     for case in ("standard", "choice40"):
         speed = _ratio(get(case, "trie"), get(case, "trie_bf16"))
         out.append(line(f"{case}: bf16 trie speed-up over float32", _x(speed), ">= 2.5x", speed and speed >= 2.5))
+    bound = _ratio(ceilings["bf16"], ceilings["f32"])
+    if bound:  # what the matmuls allow: a speed-up above it needs the bf16 path more efficient than float32's
+        out.append(f"  {'(bf16 / float32 matmul ceiling on this CPU)':<46} {_x(bound)}")
     t = get("choice255", "trie_bf16")
     out.append(line("choice255: bf16 trie median (cold)", _s(t), "< 5 s", t and t < 5))
     for case in ("choice255", "state20"):
@@ -113,6 +116,13 @@ def targets(rows: dict, ceilings: dict[str, float | None]) -> list[str]:
     speed = _ratio(get("state20", "trie"), get("state20", "trie_warm"))
     out.append(line("state20: warm speed-up over cold", _x(speed), ">= 10x", speed and speed >= 10))
     return out
+
+
+CEILINGS = {"f32": "ceiling", "bf16": "ceiling_bf16", "int8": "ceiling_int8"}  # name: bench/test_matmul.py's path
+
+
+def _gflops(row: dict | None) -> float | None:
+    return row and row["flops"] / row["median"] / 1e9
 
 
 def _ratio(a, b):
@@ -135,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     data = json.loads(path.read_text())
     rows = load(path)
-    mm, mm_bf16 = rows.get(("matmul", "ceiling")), rows.get(("matmul", "ceiling_bf16"))
-    ceilings = {name: r and r["flops"] / r["median"] / 1e9 for name, r in (("f32", mm), ("bf16", mm_bf16))}
+    mm = rows.get(("matmul", "ceiling"))
+    ceilings = {name: _gflops(rows.get(("matmul", path))) for name, path in CEILINGS.items()}
     model = next((r["model"] for r in rows.values() if "model" in r), "?")
     cpu = (mm or {}).get("cpu_model") or data["machine_info"].get("cpu", {}).get("brand_raw", "?")
     print(f"decide benchmarks: {model}, {cpu}, {data['datetime']}")
@@ -144,8 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CPU flags: {' '.join(mm.get('cpu_flags', [])) or '-'}")
         m, k, n = mm["shape"]
         print(f"float32 matmul ceiling ({m}x{k} @ {k}x{n}, MLX + the same BLAS): {ceilings['f32']:.1f} GFLOP/s")
-    if mm_bf16:
-        print(f"bfloat16 matmul ceiling (the same shape, oneDNN): {ceilings['bf16']:.1f} GFLOP/s")
+    for name, label in (("bf16", "bfloat16"), ("int8", "int8")):
+        if ceilings[name]:
+            ratio = f", {ceilings[name] / ceilings['f32']:.2f}x float32's" if ceilings["f32"] else ""
+            print(f"{label} matmul ceiling (the same shape, oneDNN): {ceilings[name]:.1f} GFLOP/s{ratio}")
     print()
     print("\n".join(scoring_table(rows, ceilings)))
     print("  t/ref, tok/ref, t/p-o: how many times faster / fewer tokens than the reference and prompt-once;")

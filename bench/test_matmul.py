@@ -1,5 +1,6 @@
 """The machine's practical matmul ceilings at the model's largest shape: float32 through MLX and the
-same BLAS, and bfloat16 through oneDNN (the bf16 backend's GEMM, decide/bf16.py).
+same BLAS, bfloat16 through oneDNN (the bf16 backend's GEMM, decide/bf16.py), and int8 through oneDNN
+(precision int8's GEMM, decide/int8.py).
 
 (512 × hidden) @ (hidden × intermediate) is the MLP up-projection of a 512-token pass, the
 largest matmul of the forward; the summary puts each path's achieved GFLOP/s next to its
@@ -75,3 +76,17 @@ def test_bf16_matmul_ceiling(benchmark, loaded) -> None:
     np.testing.assert_allclose(out[:4], x[:4] @ w.T, rtol=0, atol=0.05 * np.sqrt(k))  # bf16 inputs: ~3 digits
     benchmark.group = "matmul"
     benchmark.extra_info.update(_info(loaded, "ceiling_bf16", (m, k, n)))
+
+
+@pytest.mark.skipif(not bf16.available(), reason="the oneDNN backend is not built")
+def test_int8_matmul_ceiling(benchmark, loaded) -> None:
+    """The int8 GEMM (VNNI / AMX-INT8 where the CPU has them) of precision int8's linear layers, input quantized per row."""
+    m, k, n = _shape(loaded)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    gemm = bf16._native().Int8Linear(w)
+    out = benchmark.pedantic(lambda: gemm(x), rounds=30, warmup_rounds=3)
+    np.testing.assert_allclose(out[:4], x[:4] @ w.T, rtol=0, atol=0.1 * np.sqrt(k))  # two int8 roundings
+    benchmark.group = "matmul"
+    benchmark.extra_info.update(_info(loaded, "ceiling_int8", (m, k, n)))
