@@ -12,11 +12,12 @@ import pytest
 import decide.runtime  # noqa: F401  (the BLAS swap must precede any mlx import)
 
 from . import config as settings
-from .harness import Harness
+from .harness import Harness, as_served
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    as_served()
     if config.getoption("benchmark_json", None) is None:
         path = settings.default_json()
         path.parent.mkdir(exist_ok=True)

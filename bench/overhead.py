@@ -30,6 +30,7 @@ from decide.wire import systemone
 from . import config
 from .cases import SYSTEMONE_QUESTIONS, TICKET
 from .concurrency import ServerProcess
+from .harness import as_served
 
 TICKS = os.sysconf("SC_CLK_TCK")
 CACHE_BYTES = 1 << 30
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=config.model())
     parser.add_argument("--server-env", nargs="*", default=[], metavar="NAME=VALUE", help="extra server settings")
     args = parser.parse_args(argv)
+    as_served()  # the server tunes its malloc: so does the in-process side
     server_env = dict(item.split("=", 1) for item in args.server_env)
     print(report(args.model, measure(args.model, args.rounds, server_env)), flush=True)
 

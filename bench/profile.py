@@ -22,7 +22,7 @@ from decide.runtime import mx
 
 from . import config
 from .cases import CASES
-from .harness import ENGINE_ONLY
+from .harness import ENGINE_ONLY, as_served
 
 PHASES = ("build_forest", "forest_mask", "forest_forward", "row_logsumexp", "pair_logits", "candidate_scores")
 
@@ -121,6 +121,7 @@ def main() -> None:
     parser.add_argument("case", nargs="?", default="standard", choices=list(CASES))
     parser.add_argument("--warm", action="store_true", help="keep the prefix cache (default: cleared first)")
     args = parser.parse_args()
+    as_served()
     loaded = load_model(config.model())
     decider = Decider(loaded, ENGINE_ONLY(scorer="trie"))
     if decider.trie is None:

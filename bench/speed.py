@@ -20,7 +20,7 @@ from decide.models import load_model
 
 from . import config
 from .cases import CASES
-from .harness import ENGINE_ONLY
+from .harness import ENGINE_ONLY, as_served
 
 
 def deciders(model: str, float32: bool = True) -> dict[str, Decider]:
@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--model", default=config.model())
     parser.add_argument("--no-float32", action="store_true", help="bf16 vs int8 only (a 1.5B model: half the RAM)")
     args = parser.parse_args()
+    as_served()
     unknown = sorted(set(args.cases) - set(CASES))
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}: use {', '.join(CASES)}")
