@@ -11,7 +11,7 @@ DATA   ?= ../shared/data
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.hpp csrc/*.pyx csrc/*.c)
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.hpp csrc/*.h csrc/*.pyx csrc/*.c)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -e '.[test]'

@@ -27,7 +27,7 @@ gather = Extension(
     ["csrc/gather.pyx"],
     include_dirs=[numpy.get_include(), "csrc"],
     define_macros=[*VERSION_MACRO, ("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    extra_compile_args=["-O3"],
+    extra_compile_args=["-O3", "-fopenmp-simd"],
 )
 # Not a Python module: a shared library that exports cblas_sgemm & co. over an optimized BLAS
 # loaded at run time (decide/runtime.py), so MLX's reference-BLAS calls go to OpenBLAS.

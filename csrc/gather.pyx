@@ -5,7 +5,7 @@
 including np.asarray() of an evaluated mx.array on CPU, without a copy. Use decide.scoring.forest.
 """
 
-from libc.math cimport INFINITY, exp, isinf, log
+from libc.math cimport INFINITY, exp
 from libc.stdint cimport int32_t, uint8_t
 
 import numpy as np
@@ -16,18 +16,8 @@ cdef extern from *:
 __version__ = DECIDE_VERSION.decode()
 
 
-cdef double _logsumexp(const float* x, Py_ssize_t n) noexcept nogil:
-    cdef Py_ssize_t i
-    cdef float top = x[0]
-    for i in range(1, n):
-        if x[i] > top:
-            top = x[i]
-    if isinf(top):  # all -inf (log 0), or +inf somewhere
-        return top
-    cdef double m = top, s = 0.0
-    for i in range(n):
-        s += exp(<double>x[i] - m)
-    return m + log(s)
+cdef extern from "logsumexp.h":
+    double decide_row_logsumexp(const float* x, Py_ssize_t n) noexcept nogil
 
 
 def row_logsumexp(const float[:, ::1] logits, const uint8_t[::1] needed):
@@ -42,7 +32,7 @@ def row_logsumexp(const float[:, ::1] logits, const uint8_t[::1] needed):
     with nogil:
         for r in range(R):
             if needed[r]:
-                lse[r] = _logsumexp(&logits[r, 0], V)
+                lse[r] = decide_row_logsumexp(&logits[r, 0], V)
     return out
 
 

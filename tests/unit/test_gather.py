@@ -67,6 +67,20 @@ def test_logsumexp_by_hand():
     assert np.allclose(lse, [np.log(4), 1000 + np.log(2), 0], rtol=1e-15, atol=0)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([5_000, 49_152, 151_936]), st.sampled_from([0.1, 4.0, 300.0]))
+def test_logsumexp_of_vocabulary_wide_rows_equals_the_twin(seed, vocabulary, spread):
+    """Rows as wide as real vocabularies, and spreads whose smallest terms underflow double's exp."""
+    logits = (np.random.default_rng(seed).standard_normal((3, vocabulary)) * spread).astype(np.float32)
+    needed = np.ones(3, np.uint8)
+    np.testing.assert_allclose(row_logsumexp(logits, needed), row_logsumexp_reference(logits, needed), rtol=1e-14)
+
+
+def test_logsumexp_of_a_row_with_nan_is_nan():
+    logits = np.array([[0.0, np.nan, 1.0] + [0.5] * 13], np.float32)
+    assert np.isnan(row_logsumexp(logits, np.ones(1, np.uint8))[0])
+
+
 def test_softmax_within_each_question():
     loglik, probs = candidate_scores(
         np.array([1.0, -1.0, 2.0, 0.5], np.float32),
