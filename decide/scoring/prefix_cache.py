@@ -61,9 +61,10 @@ class PrefixCache:
             keys.append(h)
         return keys
 
-    def lookup(self, tokens: Sequence[int]) -> Hit:
-        """The longest cached block-aligned prefix of `tokens`."""
-        self.lookups += 1
+    def lookup(self, tokens: Sequence[int], counted: bool = True) -> Hit:
+        """The longest cached block-aligned prefix of `tokens`; `counted`: in `lookups` and `hits` (a
+        request's own lookup, not the engine's for a start several requests share)."""
+        self.lookups += counted
         best: tuple[int, int] | None = None  # (length, entry id)
         for k, key in enumerate(self.block_keys(tokens)):
             ids = self.index.get(key)
@@ -74,7 +75,7 @@ class PrefixCache:
             return Hit(0, None)
         length, entry_id = best
         self.entries.move_to_end(entry_id)
-        self.hits += 1
+        self.hits += counted
         entry = self.entries[entry_id]
         kv = entry.kv if length == entry.length else [(k[..., :length, :], v[..., :length, :]) for k, v in entry.kv]
         return Hit(length, kv)

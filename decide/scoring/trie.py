@@ -207,7 +207,7 @@ class TrieScorer:
             stems.add(a[:shared])
         owed: dict[int, int] = {}
         for stem in sorted(stems - {()}, key=len):
-            hit = self.cache.lookup(stem)
+            hit = self.cache.lookup(stem, counted=False)
             if hit.length < len(stem):
                 first = next(members[0] for prefix, members in by_prefix.items() if prefix[: len(stem)] == stem)
                 self._extend(stem, hit, results[first])

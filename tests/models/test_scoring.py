@@ -162,6 +162,21 @@ def test_requests_about_the_same_input_compute_its_start_once(deciders, text, as
         assert answer.usage.cached_tokens + answer.usage.computed_tokens <= answer.usage.input_tokens
 
 
+def test_a_shared_start_is_not_counted_as_a_cache_lookup(deciders):
+    """/metrics counts the lookups of requests' prefixes, not the engine's for the start they share."""
+    trie = Decider(deciders["trie"].loaded, DeciderOptions(scorer="trie", calibration="none"))
+    document = "A long shared document about the weather, the sea and the hills. " * 6
+    batch = [
+        DecisionRequest.of(document, [Question.predicate(f"Is the text about {w}?")]) for w in ("rain", "sun", "fog")
+    ]
+    prefixes = {trie.trie._prefix_tokens(trie.prompts.tokenize(r)) for r in batch}
+    cache = cold(trie).trie.cache
+    before = cache.lookups
+    merged = trie.decide_batch(batch)
+    assert cache.lookups - before == len(prefixes) > 1
+    assert sum(d.usage.computed_tokens for d in merged) < sum(d.usage.input_tokens for d in merged)
+
+
 def test_a_repeated_request_in_a_batch_is_computed_once(deciders):
     request = DecisionRequest.of("hello there", [Question.predicate("Is it?"), Question.choice("which", ["a", "b"])])
     first, again = cold(deciders["trie"]).decide_batch([request, request])
