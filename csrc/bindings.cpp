@@ -84,6 +84,27 @@ py::array_t<float> silu_product(const FloatArray& gate, const FloatArray& up) {
     return out;
 }
 
+using CFloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+py::array_t<float> rope(const FloatArray& x, const CFloatArray& cos, const CFloatArray& sin, int dims, bool traditional) {
+    if (x.ndim() != 3) throw std::invalid_argument("x must be float32 [heads, length, dim]");
+    const int heads = static_cast<int>(x.shape(0)), length = static_cast<int>(x.shape(1)), dim = static_cast<int>(x.shape(2));
+    const auto view = decide::heads_view(x, "x", dim);
+    if (dims < 2 || dims % 2 != 0 || dims > dim) throw std::invalid_argument("dims must be even, in [2, dim]");
+    for (const auto* table : {&cos, &sin}) {
+        if (table->ndim() != 2 || table->shape(0) != length || table->shape(1) != dims / 2) {
+            throw std::invalid_argument("cos and sin must be float32 [length, dims / 2]");
+        }
+    }
+    py::array_t<float> out({heads, length, dim});
+    float* dst = out.mutable_data();
+    {
+        py::gil_scoped_release nogil;
+        decide::rope(view, heads, length, dim, cos.data(), sin.data(), dims, traditional, dst);
+    }
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -113,6 +134,10 @@ PYBIND11_MODULE(_native, m) {
           "bool[stop - start, stop]: mask[i - start, j] = node j is an ancestor-or-self of node i.");
     m.def("silu_product", &silu_product, py::arg("gate"), py::arg("up"),
           "silu(gate) * up elementwise (C-contiguous float32 arrays of one shape).");
+    m.def("rope", &rope, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("dims"), py::arg("traditional"),
+          "x [heads, length, dim] (float32, contiguous last axis) with the first `dims` features of row i rotated by "
+          "row i of cos and sin [length, dims / 2]: pairs (j, j + dims / 2), or (2j, 2j + 1) when traditional. "
+          "Returns a contiguous copy.");
     m.def("attention_available", &decide::attention_available,
           "True when a cblas_sgemm is in the process's global symbol scope (decide.runtime loaded a BLAS).");
     m.def("attention", &attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"), py::arg("bias"),

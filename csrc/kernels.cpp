@@ -475,4 +475,33 @@ DECIDE_CLONES void silu_product(const float* gate, const float* up, float* out, 
     for (size_t i = 0; i < n; ++i) out[i] = gate[i] * up[i] / (1.0f + exp_poly(-gate[i]));
 }
 
+DECIDE_CLONES void rope(const StridedHeads& x, int heads, int length, int dim, const float* cos, const float* sin,
+                        int dims, bool traditional, float* out) {
+    const int half = dims / 2;
+    for (int h = 0; h < heads; ++h) {
+        for (int i = 0; i < length; ++i) {
+            const float* src = x.data + h * x.head_stride + i * x.row_stride;
+            float* dst = out + (static_cast<int64_t>(h) * length + i) * dim;
+            const float* c = cos + static_cast<int64_t>(i) * half;
+            const float* s = sin + static_cast<int64_t>(i) * half;
+            if (traditional) {
+#pragma omp simd
+                for (int j = 0; j < half; ++j) {
+                    const float a = src[2 * j], b = src[2 * j + 1];
+                    dst[2 * j] = a * c[j] - b * s[j];
+                    dst[2 * j + 1] = a * s[j] + b * c[j];
+                }
+            } else {
+#pragma omp simd
+                for (int j = 0; j < half; ++j) {
+                    const float a = src[j], b = src[j + half];
+                    dst[j] = a * c[j] - b * s[j];
+                    dst[j + half] = a * s[j] + b * c[j];
+                }
+            }
+            std::copy(src + 2 * half, src + dim, dst + 2 * half);
+        }
+    }
+}
+
 }  // namespace decide

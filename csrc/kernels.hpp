@@ -51,6 +51,13 @@ bool attention_available();
 // out: float32 [heads, length, dim], contiguous.
 void attention(const AttentionInput& in, float* out);
 
+// RoPE at per-token positions: out[h, i] is x[h, i] ([heads, length, dim], last axis contiguous) with its
+// first `dims` features rotated by the angles of row i of the tables (cos, sin: [length, dims / 2]), pairs
+// (j, j + dims / 2), or (2j, 2j + 1) when `traditional`; the other features are copied. out contiguous.
+// One pass over x: MLX rotated a transposed view through several copies (slices, then a concatenation).
+void rope(const StridedHeads& x, int heads, int length, int dim, const float* cos, const float* sin, int dims,
+          bool traditional, float* out);
+
 // SwiGLU's product silu(gate) · up = gate · up / (1 + exp(-gate)), elementwise over n floats. MLX
 // computes exp with one libm call per element; this is the vectorized exp of attention.
 void silu_product(const float* gate, const float* up, float* out, size_t n);

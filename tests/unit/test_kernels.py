@@ -1,6 +1,6 @@
 """The kernel backends (decide/scoring/adapter): every backend's kernels equal MLX's stock ops (the mlx backend) on
 random shapes, groupings, causal offsets, tree masks and strided views; the native kernels (csrc/kernels.cpp) ==
-their MLX twins; fast_exp == exp; rope tables == the model's rope."""
+their MLX twins; fast_exp == exp; rope tables == the model's rope; the native rope == by hand."""
 
 import ctypes
 
@@ -176,6 +176,50 @@ def test_rope_tables_rotate_exactly_as_the_models_rope(traditional, dims) -> Non
     for offsets, want in ((mx.arange(4000, 4037), rope(x, offset=4000)), (positions, along_batch)):
         for _ in range(2):  # computed, then from the table
             assert np.abs(np.asarray(tables(rope, x, offsets)) - np.asarray(want)).max() <= 1e-6
+        twice = np.asarray(tables(rope, mx.concatenate([x, 2 * x]), offsets))  # a batch of two rows
+        assert np.abs(twice - np.stack([want[0], 2 * want[0]])).max() <= 2e-6
+
+
+def rotated_by_hand(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, dims: int, traditional: bool) -> np.ndarray:
+    """x [H, L, D] with row i's first `dims` features rotated by row i of cos and sin, pair by pair, in float64."""
+    out = x.astype(np.float64)
+    half = dims // 2
+    for j in range(half):
+        a, b = (2 * j, 2 * j + 1) if traditional else (j, j + half)
+        out[..., a] = x[..., a] * cos[:, j] - x[..., b] * sin[:, j]
+        out[..., b] = x[..., a] * sin[:, j] + x[..., b] * cos[:, j]
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.integers(1, 40),
+    st.sampled_from([2, 8, 64]),
+    st.data(),
+    st.booleans(),
+    st.integers(0, 2**32 - 1),
+)
+def test_native_rope_rotates_strided_heads_as_by_hand(heads, length, dim, data, traditional, seed) -> None:
+    dims = data.draw(st.sampled_from([d for d in (2, dim // 2, dim) if d >= 2 and d % 2 == 0]))
+    rng = np.random.default_rng(seed)
+    # As a projection's output: [L, heads + others, D], its heads taken and transposed to [H, L, D] (strided).
+    x = rng.standard_normal((length, heads + 2, dim), dtype=np.float32)[:, 1 : 1 + heads].transpose(1, 0, 2)
+    angles = rng.uniform(-50, 50, (length, dims // 2))
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    got = _native.rope(x, cos, sin, dims, traditional)
+    assert got.flags.c_contiguous and got.shape == x.shape
+    assert np.abs(got - rotated_by_hand(x, cos, sin, dims, traditional)).max() <= 1e-5
+
+
+def test_native_rope_refuses_mismatched_tables() -> None:
+    x = np.zeros((2, 3, 8), np.float32)
+    with pytest.raises(ValueError, match="cos and sin"):
+        _native.rope(x, np.zeros((3, 2), np.float32), np.zeros((3, 4), np.float32), 8, False)
+    with pytest.raises(ValueError, match="dims must be even"):
+        _native.rope(x, np.zeros((3, 2), np.float32), np.zeros((3, 2), np.float32), 5, False)
+    with pytest.raises(ValueError, match="contiguous last axis"):
+        _native.rope(x[..., ::2], np.zeros((3, 2), np.float32), np.zeros((3, 2), np.float32), 4, False)
 
 
 def test_rope_tables_leave_other_ropes_to_the_model() -> None:

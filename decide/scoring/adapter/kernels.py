@@ -9,7 +9,7 @@ Two families compute the same things:
   BLAS products, a vectorized exp; `bf16_attention` makes the products bf16 GEMMs); `mlx_attention` and `mlx_silu_product` are their MLX twins, built
   on `fast_exp` (Cody-Waite range reduction, a degree-7 Taylor polynomial and an exponent built from
   integer bits, fused by `mx.compile`; relative error < 2e-7); `RopeTables` rotates by shared cos/sin
-  tables.
+  tables, natively.
 
 Every attention kernel takes `mask`: a float32[L, S] bias of 0 / -inf, or an int c for a causal mask
 (query i sees keys j <= i + c); and `shared`: with a bias, keys [0, shared) are seen by every query.
@@ -187,7 +187,9 @@ class RopeTables:
     A RoPE is linear: rotating a vector with ones where each pair's first element is and zeros
     elsewhere yields (cos, sin) of every pair. So the tables come from the model's own rope, with
     its own angles; only plain `nn.RoPE` is trusted to be a pure per-pair rotation. MLX's CPU
-    rope computes cos and sin per element with libm; here every layer and head shares one table.
+    rope computes cos and sin per element with libm; here every layer and head shares one table, and
+    the rotation is one native pass (csrc/kernels.cpp) from the projection's strided output to a
+    contiguous copy (in MLX ops: slices, products and a concatenation, 2.6x the time on choice40).
     A pass's positions are one array shared by its layers, so its identity keys the table."""
 
     def __init__(self, size: int = 4) -> None:
@@ -199,14 +201,11 @@ class RopeTables:
         if type(rope) is not nn.RoPE or x.ndim != 4 or x.dtype != mx.float32 or rope.dims % 2:
             return stock_rope(rope, x, positions)
         cos, sin = self._lookup(rope, positions)
-        half = rope.dims // 2
-        if rope.traditional:
-            pairs = x[..., : rope.dims].reshape(*x.shape[:-1], half, 2)
-            first, second = _rotate_pair(pairs[..., 0], pairs[..., 1], cos, sin)
-            rotated = mx.stack([first, second], axis=-1).reshape(*x.shape[:-1], rope.dims)
-        else:
-            rotated = mx.concatenate(_rotate_pair(x[..., :half], x[..., half : rope.dims], cos, sin), axis=-1)
-        return rotated if rope.dims == x.shape[-1] else mx.concatenate([rotated, x[..., rope.dims :]], axis=-1)
+        mx.eval(x)
+        tables = np.asarray(cos), np.asarray(sin)
+        # Per batch row, a view of the projection's output (no copy) in, a contiguous copy out.
+        rotated = [_native.rope(_rows_contiguous(a), *tables, rope.dims, rope.traditional) for a in np.asarray(x)]
+        return mx.array(rotated[0][None] if len(rotated) == 1 else np.stack(rotated))
 
     def _lookup(self, rope: nn.RoPE, positions: mx.array) -> tuple[mx.array, mx.array]:
         key = (rope.dims, rope.traditional, rope.base, rope.scale, id(positions))
@@ -228,8 +227,3 @@ class RopeTables:
             self._tables.pop(next(iter(self._tables)))
         self._tables[key] = (positions, cos, sin)  # holds the positions array, so its id stays its own
         return cos, sin
-
-
-@partial(mx.compile, shapeless=True)
-def _rotate_pair(first: mx.array, second: mx.array, cos: mx.array, sin: mx.array) -> tuple[mx.array, mx.array]:
-    return first * cos - second * sin, first * sin + second * cos
