@@ -78,7 +78,8 @@ void operand_gemm(bool trans_b, int m, int n, int k, const void* a, int lda, con
 }  // namespace
 
 const Operands* bf16_operands() {
-    static const Operands operands{operand_size(), &to_operands, &operand_gemm};
+    static const Operands operands{operand_size(), &to_operands, &operand_gemm,
+                                   operand_size() == 2 ? bf16_numerators() : nullptr};
     return &operands;
 }
 

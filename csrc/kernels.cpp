@@ -1,6 +1,9 @@
 #include "kernels.hpp"
 
 #include <dlfcn.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -149,6 +152,58 @@ DECIDE_CLONES float exp_and_sum(float* row, int n, float top) {
     return total;
 }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DECIDE_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's AVX-512 min/max/shift intrinsics (a false alarm)
+
+// numerator() on 16 lanes: exp_poly's operations in its order (and so its results), written out so that two
+// vectors' chains of dependent FMAs interleave (the compiled loop ran one chain at a time, latency-bound).
+DECIDE_AVX512_BF16 inline __attribute__((always_inline)) __m512 numerators16(__m512 x, __m512 top) {
+    const __m512 round = _mm512_set1_ps(12582912.0f);
+    const __m512 t = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(x, top), _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    const __m512 y = _mm512_fmadd_ps(t, _mm512_set1_ps(1.4426950408889634f), round);
+    const __m512 n = _mm512_sub_ps(y, round);
+    __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), t);
+    f = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), f);
+    __m512 p = _mm512_fmadd_ps(f, _mm512_set1_ps(1.0f / 5040), _mm512_set1_ps(1.0f / 720));
+    for (const float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm512_fmadd_ps(f, p, _mm512_set1_ps(c));
+    const __m512i bits = _mm512_slli_epi32(_mm512_sub_epi32(_mm512_castps_si512(y), _mm512_set1_epi32(0x4B400000 - 127)), 23);
+    const __mmask16 seen = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kMinusInf), _CMP_NEQ_OQ);
+    return _mm512_maskz_mul_ps(seen, p, _mm512_castsi512_ps(bits));
+}
+
+// exp_and_sum whose numerators go straight to bf16 (VCVTNEPS2BF16, round to nearest even, as to_bf16 rounds
+// all but denormals, which it flushes to 0): no float32 numerators written, no second pass to convert them.
+// The lanes' sums are exp_and_sum's, added in its order.
+DECIDE_AVX512_BF16 float exp_sum_bf16(const float* row, int n, float top, void* out, int width) {
+    auto* dst = static_cast<uint16_t*>(out);
+    const __m512 tops = _mm512_set1_ps(top);
+    __m512 lanes = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 2 * kLanes <= n; j += 2 * kLanes) {
+        const __m512 a = numerators16(_mm512_loadu_ps(row + j), tops);
+        const __m512 b = numerators16(_mm512_loadu_ps(row + j + kLanes), tops);
+        lanes = _mm512_add_ps(_mm512_add_ps(lanes, a), b);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(a)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j + kLanes), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(b)));
+    }
+    for (; j < n; j += kLanes) {
+        const auto valid = static_cast<__mmask16>(n - j >= kLanes ? 0xffffu : (1u << (n - j)) - 1u);
+        const __m512 a = _mm512_maskz_mov_ps(valid, numerators16(_mm512_maskz_loadu_ps(valid, row + j), tops));
+        lanes = _mm512_add_ps(lanes, a);
+        _mm256_mask_storeu_epi16(dst + j, valid, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(a)));
+    }
+    std::fill(dst + std::min(j, n), dst + width, uint16_t{0});
+    alignas(64) float sums[kLanes];
+    _mm512_store_ps(sums, lanes);
+    float total = 0.0f;
+    for (float lane : sums) total += lane;
+    return total;
+}
+#pragma GCC diagnostic pop
+#endif
+
 // row[j] ← exp(row[j] - top), 0 where row[j] is -inf.
 DECIDE_CLONES void numerators(float* row, int n, float top) {
 #pragma omp simd
@@ -236,6 +291,7 @@ inline float raise_top(float& running, float top) {
 // between the two products. Blocks start at fixed columns, so a row's result does not depend on the tile.
 void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const HeadOperands& head, const void* queries) {
     const int m = in.heads / in.kv_heads * t.rows, d = in.dim;
+    const NumeratorsFn fused = in.operands ? in.operands->numerators : nullptr;
     for (int c0 = 0; c0 < t.cols; c0 += kBlockCols) {
         const int cb = std::min(kBlockCols, t.cols - c0);
         product(in, true, m, cb, d, queries, d, head.keys.row(c0), static_cast<int>(head.keys.stride), 0.0f,
@@ -256,13 +312,20 @@ void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const Hea
             const float top = std::max(b.top[r], row_max(line, visible));
             if (top == kMinusInf) visible = 0;  // nothing seen yet: the row's weights stay 0
             const float factor = visible ? raise_top(b.top[r], top) : 1.0f;
-            const float sum = visible ? exp_and_sum(line, visible, top) : 0.0f;
+            float sum = 0.0f;
+            if (fused) {
+                sum = fused(line, visible, top, b.score_operands.data() + static_cast<size_t>(r) * b.score_stride * 2, cb);
+            } else {
+                sum = visible ? exp_and_sum(line, visible, top) : 0.0f;
+                std::fill(line + visible, line + cb, 0.0f);
+            }
             b.total[r] = b.total[r] * factor + sum;
-            std::fill(line + visible, line + cb, 0.0f);
             if (factor != 1.0f) scale_row(b.values.data() + static_cast<size_t>(r) * d, d, factor);
         }
         const void* weights = b.scores.data();
-        if (in.operands) {
+        if (fused) {
+            weights = b.score_operands.data();
+        } else if (in.operands) {
             const size_t bytes = in.operands->bytes;
             for (int r = 0; r < m; ++r) {
                 const size_t at = static_cast<size_t>(r) * b.score_stride;
@@ -502,6 +565,13 @@ DECIDE_CLONES void rope(const StridedHeads& x, int heads, int length, int dim, c
             std::copy(src + 2 * half, src + dim, dst + 2 * half);
         }
     }
+}
+
+NumeratorsFn bf16_numerators() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    if (__builtin_cpu_supports("avx512bf16")) return &exp_sum_bf16;
+#endif
+    return nullptr;
 }
 
 }  // namespace decide

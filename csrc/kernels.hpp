@@ -27,7 +27,15 @@ struct Operands {
     void (*convert)(const float* in, void* out, size_t n);  // float32 → operands (rounding)
     void (*gemm)(bool trans_b, int m, int n, int k, const void* a, int lda, const void* b, int ldb, float beta,
                  float* c, int ldc);
+    // Optional, one pass for the softmax numerators: out[j] ← operand of exp(scores[j] - top) (0 where scores[j]
+    // is -inf) for j < n, 0 for n <= j < width; returns the float32 sum of the numerators, in the order
+    // exp_and_sum adds them. Null: the kernel exponentiates in place, then converts.
+    float (*numerators)(const float* scores, int n, float top, void* out, int width) = nullptr;
 };
+
+// `Operands::numerators` for bfloat16 operands, where the CPU converts to bf16 itself (AVX512-BF16); else null.
+using NumeratorsFn = float (*)(const float* scores, int n, float top, void* out, int width);
+NumeratorsFn bf16_numerators();
 
 struct AttentionInput {
     StridedHeads q;  // [heads, length, dim]

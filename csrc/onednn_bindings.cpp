@@ -110,6 +110,16 @@ py::array_t<float> from_bf16(const Uint16Array& x) {
     return out;
 }
 
+// The attention kernel's one-pass softmax numerators (csrc/kernels.cpp), where the CPU has them.
+py::object softmax_numerators(const Float32Array& scores, float top, int64_t width) {
+    const decide::NumeratorsFn numerators = decide::bf16_numerators();
+    if (!numerators) return py::none();
+    if (scores.ndim() != 1 || width < scores.size()) throw std::invalid_argument("scores must be [n], n <= width");
+    py::array_t<uint16_t> out(width);
+    const float total = numerators(scores.data(), static_cast<int>(scores.size()), top, out.mutable_data(), static_cast<int>(width));
+    return py::make_tuple(out, total);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_onednn, m) {
@@ -162,6 +172,9 @@ PYBIND11_MODULE(_onednn, m) {
     m.def(
         "has_bf16_kernels", [] { return decide::operand_type() == dnnl::memory::data_type::bf16; },
         "whether oneDNN multiplies bf16 on this CPU; if not, the bf16-rounded operands run as float32 GEMMs");
+    m.def("softmax_numerators", &softmax_numerators, py::arg("scores"), py::arg("top"), py::arg("width"),
+          "(bf16 bits [width] of exp(scores - top), 0 where a score is -inf and past the scores; their float32 sum) "
+          "as the bf16 attention computes them in one pass; None where the CPU lacks AVX512-BF16 (two passes then)");
     m.def("to_bf16", &to_bf16, py::arg("x"), "float32 -> bfloat16 bits (uint16), rounded to nearest even");
     m.def("from_bf16", &from_bf16, py::arg("x"), "bfloat16 bits (uint16) -> float32, exact");
 }

@@ -23,6 +23,33 @@ def bf16_reference(x: np.ndarray) -> np.ndarray:
     return np.ldexp(np.round(mantissa * 256) / 256, exponent)  # np.round ties to even
 
 
+def one_pass_numerators():
+    """decide._onednn.softmax_numerators where this CPU has it (AVX512-BF16), else None."""
+    native = bf16._native() if bf16.available() else None
+    if native is None or native.softmax_numerators(np.zeros(1, np.float32), 0.0, 1) is None:
+        return None
+    return native.softmax_numerators
+
+
+@pytest.mark.skipif(one_pass_numerators() is None, reason="the CPU converts to bf16 in software (two passes)")
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 100), st.integers(0, 40), st.floats(0.01, 60), st.integers(0, 2**32 - 1))
+def test_one_pass_softmax_numerators_are_exp_rounded_to_bf16(n, padding, spread, seed) -> None:
+    rng = np.random.default_rng(seed)
+    scores = (spread * rng.standard_normal(n)).astype(np.float32)
+    scores[rng.random(n) < 0.2] = -np.inf  # masked keys
+    seen = np.isfinite(scores)
+    top = np.float32(scores[seen].max() if seen.any() else 0.0)
+    bits, total = one_pass_numerators()(scores, top, n + padding)
+    want = np.where(seen, np.exp(scores.astype(np.float64) - np.float64(top)), 0.0)
+    got = bf16._native().from_bf16(bits)
+    assert np.all(got[n:] == 0) and np.all(got[:n][~seen] == 0)
+    # exp to float32 precision, then to the nearest bf16 (half an ulp: 2^-9 relative); exp clamps its argument
+    # at -87, so a numerator below e^-87 (1.6e-38) comes out as that
+    assert np.all(np.abs(got[:n] - want) <= 2.0**-8 * want + 1.7e-38)
+    assert total == pytest.approx(want.sum(), rel=1e-5, abs=1e-37)
+
+
 def reference_attention(q, k, v, scale, visible) -> np.ndarray:
     """softmax over the visible keys of (bf16(q · scale) · bf16(k)ᵀ), times v: float64, one head at a time.
     A query that sees no key gets zeros."""
