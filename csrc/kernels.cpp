@@ -204,15 +204,54 @@ DECIDE_AVX512_BF16 float exp_sum_bf16(const float* row, int n, float top, void* 
 #pragma GCC diagnostic pop
 #endif
 
-// row[j] ← exp(row[j] - top), 0 where row[j] is -inf.
-DECIDE_CLONES void numerators(float* row, int n, float top) {
+// (The loops of the kernel's own code, out of its body: these get the CPU's vector width.)
+
+// row[j] += bias[j]
+DECIDE_CLONES void add_row(float* row, const float* bias, int n) {
 #pragma omp simd
-    for (int j = 0; j < n; ++j) row[j] = numerator(row[j], top);
+    for (int j = 0; j < n; ++j) row[j] += bias[j];
+}
+
+// out[j] = in[j] * factor
+DECIDE_CLONES void scaled_copy(float* out, const float* in, int n, float factor) {
+#pragma omp simd
+    for (int j = 0; j < n; ++j) out[j] = in[j] * factor;
+}
+
+// out[e] = scored[position[cols[e]]] + bias[cols[e]]: a row's own columns' scores, from the tile's union of them.
+DECIDE_CLONES void gather_scores(float* out, const float* scored, const int* position, const int* cols,
+                                 const float* bias, int n) {
+#pragma omp simd
+    for (int e = 0; e < n; ++e) out[e] = scored[position[cols[e]]] + bias[cols[e]];
+}
+
+// acc[0, D) += Σ_e weights[e] · values[cols[e]], in order, for a head size known when compiled: the row's sums
+// stay in registers from one column to the next (through memory, each column's update waited for the last
+// one's stores).
+template <int D>
+inline __attribute__((always_inline)) void add_sparse_fixed(float* acc, const float* values, int64_t value_stride,
+                                                            const int* cols, const float* weights, int n) {
+    typedef float Lanes __attribute__((vector_size(32)));  // (the compiler kept `float sums[D]` scalar)
+    constexpr int kVectors = D / 8;
+    Lanes sums[kVectors];
+    std::memcpy(sums, acc, sizeof sums);
+    for (int e = 0; e < n; ++e) {
+        const float* v = values + cols[e] * value_stride;
+        const float w = weights[e];
+        for (int k = 0; k < kVectors; ++k) {
+            Lanes part;
+            std::memcpy(&part, v + 8 * k, sizeof part);
+            sums[k] += w * part;
+        }
+    }
+    std::memcpy(acc, sums, sizeof sums);
 }
 
 // acc += Σ_e weights[e] · values[cols[e]], in order.
 DECIDE_CLONES void add_sparse_values(float* acc, const float* values, int64_t value_stride, const int* cols,
                                      const float* weights, int n, int d) {
+    if (d == 64) return add_sparse_fixed<64>(acc, values, value_stride, cols, weights, n);
+    if (d == 128) return add_sparse_fixed<128>(acc, values, value_stride, cols, weights, n);
     for (int e = 0; e < n; ++e) {
         const float* v = values + cols[e] * value_stride;
         const float w = weights[e];
@@ -303,7 +342,7 @@ void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const Hea
             if (i < t.real) {
                 if (in.bias) {
                     const float* bias = in.bias + row * in.bias_row_stride + c0;
-                    for (int j = 0; j < cb; ++j) line[j] += bias[j];
+                    add_row(line, bias, cb);
                     visible = cb;
                 } else {
                     visible = static_cast<int>(std::clamp<int64_t>(row + in.causal_offset + 1 - c0, 0, cb));
@@ -366,15 +405,13 @@ void attend_sparse(const AttentionInput& in, const Tile& t, const SparseColumns&
         const float* bias = in.bias + row * in.bias_row_stride;
         const float* scored = b.union_scores.data() + static_cast<size_t>(r) * width;
         float* extra = b.sparse.data() + static_cast<size_t>(r) * widest;
-        for (int e = 0; e < n; ++e) extra[e] = scored[b.position[cols[e]]] + bias[cols[e]];
+        gather_scores(extra, scored, b.position.data(), cols, bias, n);
         const float top = std::max(b.top[r], row_max(extra, n));
         if (top == kMinusInf) continue;
         float* acc = b.values.data() + static_cast<size_t>(r) * d;
         const float factor = raise_top(b.top[r], top);
         if (factor != 1.0f) scale_row(acc, d, factor);
-        b.total[r] *= factor;
-        numerators(extra, n, top);
-        for (int e = 0; e < n; ++e) b.total[r] += extra[e];  // in column order
+        b.total[r] = b.total[r] * factor + exp_and_sum(extra, n, top);  // the row's own columns, in their order
         add_sparse_values(acc, head.float_values, head.float_value_stride, cols, extra, n, d);
     }
 }
@@ -391,7 +428,7 @@ void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* s
                 continue;
             }
             const float* src = in.q.data + (t.kv_head * group + h) * in.q.head_stride + (t.first_row + i) * in.q.row_stride;
-            for (int c = 0; c < d; ++c) dst[c] = src[c] * in.scale;
+            scaled_copy(dst, src, d, in.scale);
         }
     }
     const void* queries = b.queries.data();
@@ -410,7 +447,7 @@ void attend_tile(const AttentionInput& in, const Tile& t, const SparseColumns* s
             const float inverse = b.total[r] > 0.0f ? 1.0f / b.total[r] : 0.0f;  // nothing visible: zeros
             const float* acc = b.values.data() + static_cast<size_t>(r) * d;
             float* dst = out + ((static_cast<int64_t>(t.kv_head) * group + h) * in.length + t.first_row + i) * d;
-            for (int c = 0; c < d; ++c) dst[c] = acc[c] * inverse;
+            scaled_copy(dst, acc, d, inverse);
         }
     }
 }
