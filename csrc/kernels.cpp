@@ -206,12 +206,6 @@ DECIDE_AVX512_BF16 float exp_sum_bf16(const float* row, int n, float top, void* 
 
 // (The loops of the kernel's own code, out of its body: these get the CPU's vector width.)
 
-// row[j] += bias[j]
-DECIDE_CLONES void add_row(float* row, const float* bias, int n) {
-#pragma omp simd
-    for (int j = 0; j < n; ++j) row[j] += bias[j];
-}
-
 // out[j] = in[j] * factor
 DECIDE_CLONES void scaled_copy(float* out, const float* in, int n, float factor) {
 #pragma omp simd
@@ -341,9 +335,7 @@ void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const Hea
             int visible = 0;
             if (i < t.real) {
                 if (in.bias) {
-                    const float* bias = in.bias + row * in.bias_row_stride + c0;
-                    add_row(line, bias, cb);
-                    visible = cb;
+                    visible = cb;  // the shared keys: every query sees them (their bias is 0, not read)
                 } else {
                     visible = static_cast<int>(std::clamp<int64_t>(row + in.causal_offset + 1 - c0, 0, cb));
                 }

@@ -46,7 +46,7 @@ struct AttentionInput {
     const float* bias;        // [length, span] additive (0 or -inf), or null for a causal mask:
     int64_t bias_row_stride;  //   then query i sees the keys j <= i + causal_offset
     int64_t causal_offset;
-    int shared;  // with a bias: keys [0, shared) are seen by every query (a forest's cached prefix)
+    int shared;  // with a bias: keys [0, shared) are seen by every query (a forest's cached prefix; their bias is not read)
     const Operands* operands = nullptr;  // the products' (decide::bf16_operands()); null: float32 through
                                          // cblas_sgemm, on q, k and v as they are
 };
