@@ -345,7 +345,8 @@ void attend_dense(const AttentionInput& in, const Tile& t, Buffers& b, const Hea
             const float factor = visible ? raise_top(b.top[r], top) : 1.0f;
             float sum = 0.0f;
             if (fused) {
-                sum = fused(line, visible, top, b.score_operands.data() + static_cast<size_t>(r) * b.score_stride * 2, cb);
+                unsigned char* operands = b.score_operands.data() + static_cast<size_t>(r) * b.score_stride * in.operands->bytes;
+                sum = fused(line, visible, top, operands, cb);
             } else {
                 sum = visible ? exp_and_sum(line, visible, top) : 0.0f;
                 std::fill(line + visible, line + cb, 0.0f);
