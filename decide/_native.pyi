@@ -67,3 +67,13 @@ def attention(
 
 def silu_product(gate: npt.NDArray[np.float32], up: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     """silu(gate) * up elementwise (C-contiguous float32 arrays of one shape)."""
+
+def rope(
+    x: npt.NDArray[np.float32],
+    cos: npt.NDArray[np.float32],
+    sin: npt.NDArray[np.float32],
+    dims: int,
+    traditional: bool,
+) -> npt.NDArray[np.float32]:
+    """x [heads, length, dim] (contiguous last axis) with the first `dims` features of row i rotated by row i of
+    cos and sin [length, dims / 2]: pairs (j, j + dims / 2), or (2j, 2j + 1) when traditional. A contiguous copy."""
