@@ -194,7 +194,7 @@ DECIDE_AVX512_BF16 float exp_sum_bf16(const float* row, int n, float top, void* 
         lanes = _mm512_add_ps(lanes, a);
         _mm256_mask_storeu_epi16(dst + j, valid, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(a)));
     }
-    std::fill(dst + std::min(j, n), dst + width, uint16_t{0});
+    std::fill(dst + n, dst + width, uint16_t{0});
     alignas(64) float sums[kLanes];
     _mm512_store_ps(sums, lanes);
     float total = 0.0f;

@@ -18,6 +18,11 @@ struct StridedHeads {  // float32 [heads, rows, dim], the last axis contiguous; 
     int64_t row_stride;
 };
 
+// One pass for an attention's softmax numerators: out[j] ← operand of exp(scores[j] - top) (0 where scores[j] is
+// -inf) for j < n, 0 for n <= j < width; returns the float32 sum of the numerators, in the order exp_and_sum
+// adds them.
+using NumeratorsFn = float (*)(const float* scores, int n, float top, void* out, int width);
+
 // The element type an attention's two products take their operands in, and the GEMM on them:
 // C[m, n] = A[m, k] · B + beta · C (beta 0 or 1), row-major with row strides in elements; B is [k, n], or
 // [n, k] used transposed when trans_b; C float32. The kernel converts q · scale, k and v once per call
@@ -27,14 +32,10 @@ struct Operands {
     void (*convert)(const float* in, void* out, size_t n);  // float32 → operands (rounding)
     void (*gemm)(bool trans_b, int m, int n, int k, const void* a, int lda, const void* b, int ldb, float beta,
                  float* c, int ldc);
-    // Optional, one pass for the softmax numerators: out[j] ← operand of exp(scores[j] - top) (0 where scores[j]
-    // is -inf) for j < n, 0 for n <= j < width; returns the float32 sum of the numerators, in the order
-    // exp_and_sum adds them. Null: the kernel exponentiates in place, then converts.
-    float (*numerators)(const float* scores, int n, float top, void* out, int width) = nullptr;
+    NumeratorsFn numerators = nullptr;  // optional; null: the kernel exponentiates in place, then converts
 };
 
 // `Operands::numerators` for bfloat16 operands, where the CPU converts to bf16 itself (AVX512-BF16); else null.
-using NumeratorsFn = float (*)(const float* scores, int n, float top, void* out, int width);
 NumeratorsFn bf16_numerators();
 
 struct AttentionInput {

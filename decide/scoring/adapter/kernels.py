@@ -194,7 +194,7 @@ class RopeTables:
 
     def __init__(self, size: int = 4) -> None:
         self.size = size
-        self._tables: dict[tuple, tuple[mx.array, mx.array, mx.array]] = {}
+        self._tables: dict[tuple, tuple[mx.array, np.ndarray, np.ndarray]] = {}
 
     def __call__(self, rope: nn.Module, x: mx.array, positions: mx.array) -> mx.array:
         """rope(x) at `positions` (int[L], one per token of x [B, H, L, D]) through the tables."""
@@ -202,12 +202,11 @@ class RopeTables:
             return stock_rope(rope, x, positions)
         cos, sin = self._lookup(rope, positions)
         mx.eval(x)
-        tables = np.asarray(cos), np.asarray(sin)
         # Per batch row, a view of the projection's output (no copy) in, a contiguous copy out.
-        rotated = [_native.rope(_rows_contiguous(a), *tables, rope.dims, rope.traditional) for a in np.asarray(x)]
+        rotated = [_native.rope(_rows_contiguous(a), cos, sin, rope.dims, rope.traditional) for a in np.asarray(x)]
         return mx.array(rotated[0][None] if len(rotated) == 1 else np.stack(rotated))
 
-    def _lookup(self, rope: nn.RoPE, positions: mx.array) -> tuple[mx.array, mx.array]:
+    def _lookup(self, rope: nn.RoPE, positions: mx.array) -> tuple[np.ndarray, np.ndarray]:
         key = (rope.dims, rope.traditional, rope.base, rope.scale, id(positions))
         hit = self._tables.get(key)
         if hit is not None and hit[0] is positions:
@@ -223,6 +222,7 @@ class RopeTables:
             cos, sin = rotated[:, :half], rotated[:, half:]
         cos, sin = mx.contiguous(cos), mx.contiguous(sin)
         mx.eval(cos, sin)
+        cos, sin = np.asarray(cos), np.asarray(sin)  # what the native rotation reads (views, no copy)
         if len(self._tables) >= self.size:
             self._tables.pop(next(iter(self._tables)))
         self._tables[key] = (positions, cos, sin)  # holds the positions array, so its id stays its own
