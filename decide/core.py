@@ -27,11 +27,12 @@ from .answers import Answer, Decision, Usage
 from .bf16 import Precision
 from .errors import ContextLengthExceeded, DecideError, InvalidRequest
 from .prompts import PromptBuilder, TokenizedQuestion
-from .quality import calibration
+from .quality import calibration, examples
 from .quality.profile import Profile
 from .request import DecisionRequest, Option, Part, Question, Text, refuse_images
 from .scoring import ScoreResult
 from .scoring.adapter import adapt, backends
+from .scoring.generate import generate
 from .scoring.prompt_once import score_prompt_once
 from .scoring.reference import score_reference
 from .scoring.trie import TrieOptions, TrieScorer
@@ -119,6 +120,14 @@ class Decider:
         other.prompts = other._prompt_builder()
         return other
 
+    def with_calibration(self, method: str) -> Decider:
+        """This decider answering with calibration `method` instead (the same model, caches and lock)."""
+        other = copy.copy(self)
+        other.options = replace(self.options, calibration=calibration.check_method(method))
+        other.calibrator = self.calibrator.with_method(other.options.calibration)
+        other.prompts = other._prompt_builder()
+        return other
+
     def _prompt_builder(self) -> PromptBuilder:
         return PromptBuilder(self.loaded.tokenizer, stop_markers(self.loaded.tokenizer), self._demonstrations)
 
@@ -196,9 +205,14 @@ class Decider:
         """Check and tokenize `request` without the model: raises UnsupportedInput or ContextLengthExceeded.
         Thread-safe and lock-free, so a server can refuse a request before it queues."""
         self._check_images(request)
+        shown = self._shown(request)
         tokenized = self.prompts.tokenize(request)
         self._check_context(tokenized)
-        return Prepared(request, tokenized)
+        return Prepared(request, tokenized, shown)
+
+    def _shown(self, request: DecisionRequest) -> tuple:
+        """The demonstrations each question of `request` is asked after, now."""
+        return tuple(self._demonstrations(q) for q in request.questions)
 
     def decide_batch(self, requests: Sequence[DecisionRequest | Prepared]) -> list[Decision | DecideError]:
         """Answer several requests in one scoring run: the trie engine merges their forests into shared passes.
@@ -206,12 +220,14 @@ class Decider:
         Each request's answers equal `decide(request)`'s; a request that cannot run (images on a
         text model, too long) gets its typed error in its slot and does not stop the others.
         """
+        written = self._write_examples(requests)
         slots: list[Prepared | DecideError] = [self._try_prepare(r) for r in requests]
         ready = [p for p in slots if isinstance(p, Prepared)]
         priors = self._prior_jobs(ready)
         with self._lock:
             results = self._score_parts([*ready, *(p for _, p in priors)])
         self._learn_priors(priors, results[len(ready) :], results)
+        self._count_writing(written, ready, results)
         decisions = iter(self._decision(p.request, p.tokenized, r) for p, r in zip(ready, results))
         return [next(decisions) if isinstance(p, Prepared) else p for p in slots]
 
@@ -236,11 +252,34 @@ class Decider:
         for q, lls in by_question.items():
             self.calibrator.learn(q, lls)
 
+    def _write_examples(self, requests: Sequence[DecisionRequest | Prepared]) -> dict[Question, int]:
+        """Write the examples the calibration shows and has not written yet (quality/examples.py): tokens by question."""
+        todo = self.calibrator.unwritten([q for r in requests for q in _request(r).questions])
+        if not todo:
+            return {}
+        tokenizer = self.loaded.tokenizer
+        stops = examples.writing_stops(tokenizer, stop_markers(tokenizer))
+        written = {}
+        with self._lock:
+            for q in todo:
+                shown, written[q] = examples.write(
+                    tokenizer, lambda prompts: generate(self.loaded.model, prompts, stops, examples.MAX_TOKENS), q
+                )
+                self.calibrator.learn_examples(q, shown)
+        return written
+
+    def _count_writing(self, written: dict[Question, int], ready: list[Prepared], results: list[ScoreResult]) -> None:
+        """Writing a question's examples is computed for the first request that asked it."""
+        for q, tokens in written.items():
+            asker = next((r for r, p in enumerate(ready) if q in p.request.questions), None)
+            if asker is not None:
+                results[asker].computed_tokens += tokens
+
     def _try_prepare(self, request: DecisionRequest | Prepared) -> Prepared | DecideError:
-        if isinstance(request, Prepared):
+        if isinstance(request, Prepared) and request.shown == self._shown(request.request):
             return request
         try:
-            return self.prepare(request)
+            return self.prepare(_request(request))
         except DecideError as e:
             return e
 
@@ -318,10 +357,15 @@ class Prepared:
 
     request: DecisionRequest
     tokenized: list[TokenizedQuestion]
+    shown: tuple = ()  # per question, the demonstrations its prompt shows (written examples may come later)
 
     @property
     def input_tokens(self) -> int:
         return input_tokens(self.tokenized)
+
+
+def _request(r: DecisionRequest | Prepared) -> DecisionRequest:
+    return r.request if isinstance(r, Prepared) else r
 
 
 def input_tokens(tokenized: list[TokenizedQuestion]) -> int:

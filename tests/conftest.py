@@ -77,6 +77,12 @@ def tiny_qwen2_gguf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen2_model(tiny_qwen2_gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    """The qwen2-arch tiny model, loaded (its greedy text is not one token repeated, as the llama one's is)."""
+    return load_model(str(tiny_qwen2_gguf_path), cache_dir=tmp_path_factory.mktemp("tiny-qwen2-cache"), progress=False)
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tiny_gguf_path: Path, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
     return load_model(str(tiny_gguf_path), cache_dir=tmp_path_factory.mktemp("tiny-cache"), progress=False)
 

@@ -20,12 +20,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..answers import softmax
 from ..errors import DecideError
 from ..request import DecisionRequest, Question
+from . import examples
 
 
 def divide_out(log_likelihoods: np.ndarray, log_prior: np.ndarray) -> np.ndarray:
@@ -41,6 +43,7 @@ def temper(log_likelihoods: np.ndarray, log_prior: np.ndarray) -> np.ndarray:
 class Method:
     content_free: tuple[str, ...]  # the inputs whose mean answer distribution is the question's prior
     adjust: Callable[[np.ndarray, np.ndarray], np.ndarray]  # (log-likelihoods, log prior) -> logits
+    writes_examples: bool = False  # the question is asked after examples the model wrote (quality/examples.py)
 
 
 BY_NAME: dict[str, Method] = {
@@ -48,10 +51,14 @@ BY_NAME: dict[str, Method] = {
     "temperature": Method(("",), temper),
     "contextual": Method(("N/A", "", "[MASK]"), divide_out),
     "pmi": Method(("",), divide_out),
+    "examples": Method(("",), temper, writes_examples=True),
 }
 CONTENT_FREE: dict[str, tuple[str, ...]] = {name: m.content_free for name, m in BY_NAME.items()}
 METHODS = tuple(BY_NAME)
 DEFAULT = "temperature"  # measured: same ranking as none, lower ECE and log loss (README, "Right answers")
+
+
+EXAMPLES = "written examples"  # their key in the prior cache
 
 
 class UnknownCalibration(DecideError, ValueError):
@@ -91,21 +98,21 @@ def calibrated(
 
 
 class PriorCache:
-    """Priors by (method, question), as logs, at most `size` of them; thread-safe."""
+    """Priors by (method, question), as logs, at most `size` of them; thread-safe. Also holds written examples."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._priors: OrderedDict[tuple[str, Question], np.ndarray] = OrderedDict()
+        self._priors: OrderedDict[tuple[str, Question], Any] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, method: str, question: Question) -> np.ndarray | None:
+    def get(self, method: str, question: Question) -> Any:
         with self._lock:
             found = self._priors.get((method, question))
             if found is not None:
                 self._priors.move_to_end((method, question))
             return found
 
-    def put(self, method: str, question: Question, value: np.ndarray) -> None:
+    def put(self, method: str, question: Question, value: Any) -> None:
         with self._lock:
             self._priors[(method, question)] = value
             self._priors.move_to_end((method, question))
@@ -130,9 +137,32 @@ class Calibrator:
         other.priors = self.priors
         return other
 
+    def with_method(self, method: str) -> Calibrator:
+        """The same profile and cache (priors and examples are kept by method) with `method`."""
+        other = Calibrator(method, self.profile)
+        other.priors = self.priors
+        return other
+
+    @property
+    def writes_examples(self) -> bool:
+        return BY_NAME[self.method].writes_examples
+
     def demonstrations(self, q: Question) -> tuple:
-        """What the profile shows before the input of `q` (its fit was made on such prompts)."""
-        return self.profile.demonstrations(q) if self.profile is not None else ()
+        """What is shown before the input of `q`: the profile's examples where it fitted `q` (its fit was made on
+        such prompts), else the examples the model wrote for `q`, if the method writes them."""
+        if self._fitted(q) is not None:
+            return self.profile.demonstrations(q)
+        return (self.priors.get(EXAMPLES, q) or ()) if self.writes_examples else ()
+
+    def unwritten(self, questions: Sequence[Question]) -> list[Question]:
+        """The distinct questions whose examples the method writes and has not written yet."""
+        if not self.writes_examples:
+            return []
+        todo = (q for q in questions if examples.writes_for(q) and self._fitted(q) is None)
+        return [q for q in dict.fromkeys(todo) if self.priors.get(EXAMPLES, q) is None]
+
+    def learn_examples(self, q: Question, shown: tuple) -> None:
+        self.priors.put(EXAMPLES, q, shown)
 
     def _fitted(self, q: Question):
         return self.profile.entry(q) if self.profile is not None else None

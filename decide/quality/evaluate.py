@@ -105,17 +105,24 @@ def probabilities(scored: Scored, mode: str, found_priors: dict, profile=None) -
 
 
 def evaluate(decider, examples: Sequence[Example], modes: Sequence[str], profile=None, progress: bool = True):
-    """{question name: {mode: (Scores, p)}} plus the Scored groups. A profile that shows demonstrations is
-    measured on its own scoring run (its prompts differ); every other mode comes from the plain prompts."""
-    if profile is None or not profile.shows_demonstrations or "profile" not in modes:
-        groups = score(decider, examples, progress)
-        return tabulate(decider, groups, modes, profile), groups
-    plain = decider.with_profile(None)
+    """{question name: {mode: (Scores, p)}} plus the Scored groups of the plain prompts. Every mode comes from
+    one scoring run of the plain prompts, except those whose prompts differ: a profile that shows
+    demonstrations and a calibration that writes examples are each measured on a run of their own."""
+    own_run = [m for m in modes if _prompts_differ(m, profile)]
+    plain = decider.with_profile(None).with_calibration("none")
     groups = score(plain, examples, progress)
-    table = tabulate(plain, groups, [m for m in modes if m != "profile"])
-    for g in score(decider.with_profile(profile), examples, progress):
-        table[g.name].update(tabulate(plain, [g], ["profile"], profile)[g.name])
+    table = tabulate(plain, groups, [m for m in modes if m not in own_run], profile)
+    for mode in own_run:
+        other = decider.with_profile(profile) if mode == "profile" else plain.with_calibration(mode)
+        for g in score(other, examples, progress):
+            table[g.name].update(tabulate(other, [g], [mode], profile)[g.name])
     return table, groups
+
+
+def _prompts_differ(mode: str, profile) -> bool:
+    if mode == "profile":
+        return profile is not None and profile.shows_demonstrations
+    return mode in calibration.BY_NAME and calibration.BY_NAME[mode].writes_examples
 
 
 def tabulate(decider, groups: list[Scored], modes: Sequence[str], profile=None) -> dict:

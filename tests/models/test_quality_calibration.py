@@ -45,7 +45,7 @@ def reference_probabilities(decider: Decider, text: str, q: Question, method: st
 
     free = calibration.CONTENT_FREE[method]
     x = log_p(text)
-    if method == "temperature":
+    if calibration.BY_NAME[method].adjust is calibration.temper:  # `examples` too (its prompts: test_quality_examples)
         prior = np.exp(log_p(""))
         entropy = -sum(p * np.log(p) for p in prior if p > 0)
         x = reference_lls(decider, text, q) / (len(prior) / np.exp(entropy))

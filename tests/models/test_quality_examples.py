@@ -1,0 +1,128 @@
+"""Written examples (`examples` calibration) against slow obvious references, on a tiny random model (the
+qwen2-arch one: the llama one's greedy text is newlines only, which leaves nothing to show)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from decide.core import Decider, DeciderOptions, stop_markers
+from decide.prompts import Demonstration, render_prompt
+from decide.quality import examples
+from decide.request import DecisionRequest, Question, Text
+from decide.runtime import mx
+from decide.scoring.generate import generate
+from decide.scoring.reference import score_reference
+
+TEAM = Question.choice("Which team should take it?", [("billing", "money"), ("technical", None), ("sales", "buy")])
+REFUND = Question.predicate("Is this a refund request?")
+TEXTS = ["I was charged twice, refund me.", "The app crashes at start."]
+
+
+@pytest.fixture
+def decider(tiny_qwen2_model) -> Decider:
+    return Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
+
+
+def greedy_reference(model, prompt: list[int], stops: list[int], max_tokens: int) -> list[int]:
+    """One full forward of the whole sequence per written token, its argmax appended (no cache, no batch)."""
+    ids = list(prompt)
+    for _ in range(max_tokens):
+        token = int(mx.argmax(model(mx.array([ids]))[0, -1]).item())
+        if token in stops:
+            break
+        ids.append(token)
+    return ids[len(prompt) :]
+
+
+def test_generation_is_the_greedy_continuation_of_each_prompt_in_a_batch(tiny_qwen2_model):
+    tok = tiny_qwen2_model.tokenizer
+    prompts = [tok.encode(examples.writing_prompt(tok, TEAM, k)) for k in range(len(TEAM.options))]
+    stops = examples.writing_stops(tok, stop_markers(tok))
+    got = generate(tiny_qwen2_model.model, prompts, stops, 12)
+    assert got == [greedy_reference(tiny_qwen2_model.model, p, stops, 12) for p in prompts]
+    assert all(len(g) <= 12 for g in got) and any(got)
+
+
+def test_each_question_gets_one_written_example_per_option_once(decider):
+    first = decider.decide(TEXTS[0], [TEAM, REFUND])
+    shown = {q: decider.calibrator.demonstrations(q) for q in (TEAM, REFUND)}
+    assert [d.option for d in shown[TEAM]] == [0, 1, 2] and [d.option for d in shown[REFUND]] == [0, 1]
+    assert all(d.input for q in shown for d in shown[q])
+    again = decider.decide(TEXTS[0], [TEAM, REFUND])
+    assert {q: decider.calibrator.demonstrations(q) for q in (TEAM, REFUND)} == shown
+    assert again.usage.computed_tokens < first.usage.computed_tokens  # no writing, the series prefix cached
+    for a, b in zip(first.answers, again.answers):
+        np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-4)
+
+
+def test_the_written_examples_are_the_models_greedy_text_for_each_option(decider):
+    decider.decide(TEXTS[0], [TEAM])
+    tok = decider.loaded.tokenizer
+    stops = examples.writing_stops(tok, stop_markers(tok))
+    for d in decider.calibrator.demonstrations(TEAM):
+        ids = greedy_reference(
+            decider.loaded.model, tok.encode(examples.writing_prompt(tok, TEAM, d.option)), stops, examples.MAX_TOKENS
+        )
+        assert d.input == examples.cleaned(tok.decode(ids))
+
+
+def test_answers_equal_the_reference_scorer_on_the_series_prompt_tempered_by_its_empty_input(decider):
+    """Each candidate's own full forward on the prompt that shows the written examples; T from the same prompt
+    asked about the empty input (the `temperature` recipe)."""
+    got = decider.decide(TEXTS[1], [TEAM]).answers[0].probabilities
+    shown = decider.calibrator.demonstrations(TEAM)
+    tok = decider.loaded.tokenizer
+
+    def lls(text: str) -> np.ndarray:
+        prompt = tok.encode(render_prompt(tok, (Text(text),), TEAM, shown))
+        [tokenized] = decider.prompts.tokenize(DecisionRequest.of(text, [TEAM]))
+        assert list(tokenized.prompt) == prompt
+        return score_reference(decider.loaded.model, [tokenized]).log_likelihoods[0]
+
+    prior = np.exp(lls("") - np.logaddexp.reduce(lls("")))
+    temperature = len(prior) / np.exp(-np.sum(prior * np.log(prior)))
+    x = lls(TEXTS[1]) / temperature
+    np.testing.assert_allclose(got, np.exp(x - np.logaddexp.reduce(x)), atol=1e-4)
+
+
+def test_questions_it_does_not_write_for_are_asked_plainly(decider, tiny_qwen2_model):
+    many = Question.choice("Which code?", [f"c{i}" for i in range(examples.MAX_OPTIONS + 1)])
+    attached = Question.predicate("Does it match the note?", attachments=(Text("note: refunds"),))
+    plain = Decider(tiny_qwen2_model, DeciderOptions(calibration="temperature"))
+    got = decider.decide(TEXTS[0], [many, attached]).answers
+    want = plain.decide(TEXTS[0], [many, attached]).answers
+    assert decider.calibrator.demonstrations(many) == () == decider.calibrator.demonstrations(attached)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-4)
+
+
+def test_a_request_prepared_before_its_examples_were_written_is_asked_with_them(decider, tiny_qwen2_model):
+    request = DecisionRequest.of(TEXTS[1], [TEAM])
+    early = decider.prepare(request)
+    assert early.shown == ((),)
+    [answer] = decider.decide_batch([early])
+    other = Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
+    other.decide(TEXTS[0], [TEAM])  # writes the same examples first
+    np.testing.assert_allclose(
+        answer.answers[0].probabilities, other.decide(request).answers[0].probabilities, atol=1e-4
+    )
+
+
+def test_cleaning_keeps_the_first_paragraph_without_enclosing_quotes():
+    assert examples.cleaned('  "Great film!"  \n\nThis input is positive because...') == "Great film!"
+    assert examples.cleaned("'It broke.'") == "It broke."
+    assert examples.cleaned('"Who wrote Hamlet?') == "Who wrote Hamlet?"
+    assert examples.cleaned("\n\n") == ""
+
+
+def test_written_examples_do_not_replace_a_profiles_demonstrations(decider):
+    from decide.quality.profile import Entry, Profile, model_fingerprint, question_key
+
+    shown = (Demonstration("Refund my order.", 1),)
+    entries = {question_key(REFUND): Entry.unfitted(REFUND, shown)}
+    fitted = decider.with_profile(Profile(decider.model_id, model_fingerprint(decider.loaded), entries))
+    fitted.decide(TEXTS[0], [REFUND, TEAM])
+    assert fitted.calibrator.demonstrations(REFUND) == shown
+    assert [d.option for d in fitted.calibrator.demonstrations(TEAM)] == [0, 1, 2]
+    assert fitted.calibrator.unwritten([REFUND, TEAM]) == []
