@@ -32,7 +32,7 @@ from .quality.profile import Profile
 from .request import DecisionRequest, Option, Part, Question, Text, refuse_images
 from .scoring import ScoreResult
 from .scoring.adapter import adapt, backends
-from .scoring.generate import generate
+from .scoring.generate import GreedyWriter
 from .scoring.prompt_once import score_prompt_once
 from .scoring.reference import score_reference
 from .scoring.trie import TrieOptions, TrieScorer
@@ -261,10 +261,9 @@ class Decider:
         stops = examples.writing_stops(tokenizer, stop_markers(tokenizer))
         written = {}
         with self._lock:
-            for q in todo:
-                shown, written[q] = examples.write(
-                    tokenizer, lambda prompts: generate(self.loaded.model, prompts, stops, examples.MAX_TOKENS), q
-                )
+            for q in todo:  # each question its own conversation, so that its examples do not depend on the others
+                writer = GreedyWriter(self.loaded.model, stops, examples.MAX_TOKENS)
+                shown, written[q] = examples.write(tokenizer, writer, q)
                 self.calibrator.learn_examples(q, shown)
         return written
 

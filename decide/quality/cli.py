@@ -7,6 +7,7 @@ import sys
 import time
 
 from .. import bf16, cli
+from . import calibration
 
 MODEL_HELP = "alias, model folder, .gguf path or HF id (default: $DECIDE_MODEL or qwen2.5-coder-1.5b)"
 
@@ -118,7 +119,7 @@ def register(sub) -> None:
         "--compare",
         default=None,
         metavar="A,B",
-        help="modes side by side: none,temperature,contextual,pmi,batch,profile",
+        help=f"modes side by side: {','.join((*calibration.METHODS, 'batch', 'profile'))}",
     )
     ev.add_argument("--profile", default=None, metavar="DIR", help="a `decide fit` profile (adds the mode `profile`)")
     ev.add_argument("--plot", default=None, metavar="FILE.png", help="write a reliability diagram")

@@ -3,10 +3,10 @@
 A small model reads a question's options its own way (TREC's `description` is never chosen, a
 review's `true` is a habit). Shown labelled examples, it reads them as the question means them;
 without labels, the model can write the examples itself (Self-ICL, Chen et al. 2023; Z-ICL, Lyu
-et al. 2023): once per distinct question, before its first answer, it is asked for a typical input
-whose right answer is each option in turn (greedy, so the same question always gets the same
-examples), and the question is then asked as the series of decide/prompts.py with those examples
-answered. The examples and the question block sit before the input, so the prefix cache keeps
+et al. 2023): once per distinct question, before its first answer, it is asked in one conversation
+for a typical input whose right answer is each option in turn, each different from those it wrote
+before (greedy, so the same question always gets the same examples), and the question is then
+asked as the series of decide/prompts.py with those examples answered. The examples and the question block sit before the input, so the prefix cache keeps
 them: a later request computes its input and the candidates only.
 
 Written for questions of 2 to MAX_OPTIONS options without attachments; others are asked plainly.
@@ -14,14 +14,13 @@ Written for questions of 2 to MAX_OPTIONS options without attachments; others ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 from ..prompts import ChatTokenizer, Demonstration, json_value
 from ..request import Question
+from ..scoring.generate import GreedyWriter
 
 MAX_OPTIONS = 12  # a longer option list costs one written input per option: asked plainly instead
 MAX_TOKENS = 64  # per written input
-WRITING = (
+FIRST = (
     "Inputs are judged by this question:\n"
     "Question: {instructions}\n"
     "{header}\n"
@@ -29,11 +28,12 @@ WRITING = (
     "Invent a typical input whose right answer is clearly {target}: "
     "write it as it would appear, with no quotes, labels or explanation."
 )
-
-REPLY_START = "Here is one:\n\n"
+NEXT = (
+    "Now invent a typical input whose right answer is clearly {target}, different from the inputs above: "
+    "write it as it would appear, with no quotes, labels or explanation."
+)
+REPLY_START = "Here is one:\n\n"  # each reply begun, so that it starts with the input, not a refusal
 QUOTES = "\"'`\u201c"
-
-Generate = Callable[[list[list[int]]], list[list[int]]]  # prompts' tokens -> each one's written tokens
 
 
 def writes_for(q: Question) -> bool:
@@ -45,20 +45,23 @@ def _option_line(value: str | bool, description: str | None) -> str:
 
 
 def writing_request(q: Question, option: int) -> str:
-    """The user turn that asks for an input whose right answer is option `option`."""
+    """The user turn that asks for an input whose right answer is option `option` (after those of the options
+    before it)."""
     o = q.options[option]
-    return WRITING.format(
-        instructions=q.instructions,
-        header=q.spec.header,
-        options="\n".join(_option_line(x.value, x.description) for x in q.options),
-        target=json_value(o.value) + (f" ({o.description})" if o.description else ""),
-    )
+    target = json_value(o.value) + (f" ({o.description})" if o.description else "")
+    if option > 0:
+        return NEXT.format(target=target)
+    options = "\n".join(_option_line(x.value, x.description) for x in q.options)
+    return FIRST.format(instructions=q.instructions, header=q.spec.header, options=options, target=target)
 
 
-def writing_prompt(tokenizer: ChatTokenizer, q: Question, option: int) -> str:
-    """The chat that asks for option `option`'s input, the reply begun (so that it starts with the input, not a
-    refusal)."""
-    chat = [{"role": "user", "content": writing_request(q, option)}]
+def writing_prompt(tokenizer: ChatTokenizer, q: Question, written: list[str]) -> str:
+    """The conversation that asks for the input of option len(written), after the inputs `written` for the options
+    before it, its reply begun."""
+    chat = []
+    for k, text in enumerate(written):
+        chat += [{"role": "user", "content": writing_request(q, k)}, {"role": "assistant", "content": text}]
+    chat.append({"role": "user", "content": writing_request(q, len(written))})
     return tokenizer.apply_chat_template(chat, add_generation_prompt=True) + REPLY_START
 
 
@@ -70,16 +73,20 @@ def cleaned(text: str) -> str:
     return text.strip()
 
 
-def write(tokenizer: ChatTokenizer, generate: Generate, q: Question) -> tuple[tuple[Demonstration, ...], int]:
-    """One written example per option of `q` (in option order; an option whose text came out empty has none),
-    and the tokens the writing computed (prompts and written tokens)."""
-    prompts = [tokenizer.encode(writing_prompt(tokenizer, q, k)) for k in range(len(q.options))]
-    written = generate(prompts)
-    shown = tuple(Demonstration(text, k) for k, ids in enumerate(written) if (text := cleaned(tokenizer.decode(ids))))
-    return shown, sum(map(len, prompts)) + sum(map(len, written))
+def write(tokenizer: ChatTokenizer, writer: GreedyWriter, q: Question) -> tuple[tuple[Demonstration, ...], int]:
+    """One written example per option of `q`, in option order (an option whose text came out empty has none), and
+    the tokens the writing computed."""
+    written: list[str] = []
+    before = writer.computed
+    for _ in q.options:
+        prompt = tokenizer.encode(writing_prompt(tokenizer, q, written))
+        ids = writer.continue_from(prompt, lambda ids: "\n\n" in tokenizer.decode(ids).strip())
+        written.append(cleaned(tokenizer.decode(ids)))
+    shown = tuple(Demonstration(text, k) for k, text in enumerate(written) if text)
+    return shown, writer.computed - before
 
 
-def writing_stops(tokenizer, stop_markers: Sequence[str]) -> list[int]:
+def writing_stops(tokenizer, stop_markers: list[str]) -> list[int]:
     """The token ids that end a written input: the stop markers that are single tokens."""
     ids = (tokenizer.encode(m) for m in stop_markers if m)
     return sorted({t[0] for t in ids if len(t) == 1})

@@ -1,34 +1,61 @@
-"""Greedy text generation with mlx-lm's batch generator.
+"""Greedy text generation over a growing conversation, its K/V kept in mlx-lm's cache between turns.
 
 decide never generates an answer (every answer is a scored option); this writes the example
-inputs of decide/quality/examples.py. Greedy and one call per question, so the same question
-always gets the same text from the same model and precision.
+inputs of decide/quality/examples.py. Greedy, so the same conversation always gets the same text
+from the same model and precision.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from mlx_lm.generate import BatchGenerator
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from ..runtime import mx
 
 
-def generate(model, prompts: Sequence[Sequence[int]], stop_tokens: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Each prompt's greedy continuation, up to `max_tokens` tokens, without the stop token that ended it."""
-    if not prompts:
-        return []
-    generator = BatchGenerator(
-        model,
-        stop_tokens=[[t] for t in stop_tokens],
-        completion_batch_size=len(prompts),
-        prefill_batch_size=len(prompts),
-    )
-    try:
-        uids = generator.insert([list(p) for p in prompts], [max_tokens] * len(prompts))
-        written: dict[int, list[int]] = {uid: [] for uid in uids}
-        while responses := generator.next_generated():
-            for r in responses:
-                if r.finish_reason != "stop":
-                    written[r.uid].append(int(r.token))
-    finally:
-        generator.close()
-    return [written[uid] for uid in uids]
+class GreedyWriter:
+    """Continues token sequences greedily; each call reuses the K/V of the longest start it shares with what was
+    fed before (a conversation's earlier turns), so a turn computes only its new tokens and its reply."""
+
+    def __init__(self, model, stop_tokens: Sequence[int], max_tokens: int) -> None:
+        self.model = model
+        self.stop_tokens = frozenset(stop_tokens)
+        self.max_tokens = max_tokens
+        self.cache = make_prompt_cache(model)
+        self.fed: list[int] = []  # the tokens whose K/V the cache holds, in order
+        self.computed = 0  # tokens fed through the model so far
+
+    def continue_from(
+        self, tokens: Sequence[int], finished: Callable[[list[int]], bool] = lambda written: False
+    ) -> list[int]:
+        """The greedy continuation of `tokens`, up to max_tokens, without the stop token that ended it; also ended
+        as soon as `finished(its tokens so far)`."""
+        logits = self._feed(list(tokens))
+        written: list[int] = []
+        while len(written) < self.max_tokens:
+            token = int(mx.argmax(logits[0, -1]).item())
+            if token in self.stop_tokens:
+                break
+            written.append(token)
+            if finished(written) or len(written) == self.max_tokens:
+                break
+            logits = self._feed([*self.fed, token])
+        return written
+
+    def _feed(self, tokens: list[int]) -> mx.array:
+        """Logits after `tokens`: the cache trimmed to their shared start with what it holds, the rest fed."""
+        shared = 0
+        for a, b in zip(self.fed, tokens):
+            if a != b:
+                break
+            shared += 1
+        shared = min(shared, len(tokens) - 1)  # at least one token is fed, for its logits
+        if len(self.fed) > shared and can_trim_prompt_cache(self.cache):
+            trim_prompt_cache(self.cache, len(self.fed) - shared)
+        elif len(self.fed) > shared:  # a cache that cannot drop its end (a sliding window) starts again
+            self.cache, shared = make_prompt_cache(self.model), 0
+        new = tokens[shared:]
+        logits = self.model(mx.array([new], dtype=mx.int32), cache=self.cache)
+        self.fed, self.computed = tokens, self.computed + len(new)
+        return logits

@@ -11,7 +11,7 @@ from decide.prompts import Demonstration, render_prompt
 from decide.quality import examples
 from decide.request import DecisionRequest, Question, Text
 from decide.runtime import mx
-from decide.scoring.generate import generate
+from decide.scoring.generate import GreedyWriter
 from decide.scoring.reference import score_reference
 
 TEAM = Question.choice("Which team should take it?", [("billing", "money"), ("technical", None), ("sales", "buy")])
@@ -35,13 +35,19 @@ def greedy_reference(model, prompt: list[int], stops: list[int], max_tokens: int
     return ids[len(prompt) :]
 
 
-def test_generation_is_the_greedy_continuation_of_each_prompt_in_a_batch(tiny_qwen2_model):
+def test_the_writer_continues_each_sequence_as_a_greedy_full_forward_would(tiny_qwen2_model):
+    """Sequences that share a start, one that extends an earlier one and one that shares nothing, through one
+    writer (its cache trimmed and reused between calls) against a full forward per token."""
     tok = tiny_qwen2_model.tokenizer
-    prompts = [tok.encode(examples.writing_prompt(tok, TEAM, k)) for k in range(len(TEAM.options))]
     stops = examples.writing_stops(tok, stop_markers(tok))
-    got = generate(tiny_qwen2_model.model, prompts, stops, 12)
-    assert got == [greedy_reference(tiny_qwen2_model.model, p, stops, 12) for p in prompts]
-    assert all(len(g) <= 12 for g in got) and any(got)
+    first = tok.encode(examples.writing_prompt(tok, TEAM, []))
+    writer = GreedyWriter(tiny_qwen2_model.model, stops, 12)
+    got = writer.continue_from(first)
+    assert got == greedy_reference(tiny_qwen2_model.model, first, stops, 12) and got
+    for tokens in (first + got[:5] + first[-7:], first[:40] + tok.encode("another start"), tok.encode("fresh")):
+        assert writer.continue_from(tokens) == greedy_reference(tiny_qwen2_model.model, tokens, stops, 12)
+    assert writer.computed < 2 * len(first) + 3 * 12 + 20  # the shared starts were not computed again
+    assert writer.continue_from(first, finished=lambda written: len(written) == 3) == got[:3]
 
 
 def test_each_question_gets_one_written_example_per_option_once(decider):
@@ -56,15 +62,16 @@ def test_each_question_gets_one_written_example_per_option_once(decider):
         np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-4)
 
 
-def test_the_written_examples_are_the_models_greedy_text_for_each_option(decider):
+def test_the_written_examples_are_the_models_greedy_replies_in_one_conversation(decider):
     decider.decide(TEXTS[0], [TEAM])
     tok = decider.loaded.tokenizer
     stops = examples.writing_stops(tok, stop_markers(tok))
-    for d in decider.calibrator.demonstrations(TEAM):
-        ids = greedy_reference(
-            decider.loaded.model, tok.encode(examples.writing_prompt(tok, TEAM, d.option)), stops, examples.MAX_TOKENS
-        )
-        assert d.input == examples.cleaned(tok.decode(ids))
+    written: list[str] = []
+    for _ in TEAM.options:
+        prompt = tok.encode(examples.writing_prompt(tok, TEAM, written))
+        ids = greedy_reference(decider.loaded.model, prompt, stops, examples.MAX_TOKENS)
+        written.append(examples.cleaned(tok.decode(ids)))
+    assert decider.calibrator.demonstrations(TEAM) == tuple(Demonstration(t, k) for k, t in enumerate(written) if t)
 
 
 def test_answers_equal_the_reference_scorer_on_the_series_prompt_tempered_by_its_empty_input(decider):
@@ -126,3 +133,23 @@ def test_written_examples_do_not_replace_a_profiles_demonstrations(decider):
     assert fitted.calibrator.demonstrations(REFUND) == shown
     assert [d.option for d in fitted.calibrator.demonstrations(TEAM)] == [0, 1, 2]
     assert fitted.calibrator.unwritten([REFUND, TEAM]) == []
+
+
+def test_eval_measures_examples_on_their_own_run_with_the_answers_the_library_gives(tiny_qwen2_model):
+    import json
+
+    from decide.quality.data import parse_line
+    from decide.quality.evaluate import evaluate
+
+    wire = {"type": "choice", "instructions": "Which team should take it?", "criteria": {"billing": "money"}}
+    wire["criteria"] |= {"technical": None, "sales": "buy"}
+    lines = [{"state": t, "questions": {"team": wire}, "labels": {"team": "billing"}} for t in TEXTS]
+    labelled = [parse_line(json.dumps(x), n) for n, x in enumerate(lines, 1)]
+    plain = Decider(tiny_qwen2_model, DeciderOptions(calibration="none"))
+    table, groups = evaluate(plain, labelled, ["none", "examples"], progress=False)
+    library = Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
+    want = [library.decide(ex.request).answers[0].probabilities for ex in labelled]
+    np.testing.assert_allclose(table["team"]["examples"][1], want, atol=1e-4)
+    none = [plain.decide(ex.request).answers[0].probabilities for ex in labelled]
+    np.testing.assert_allclose(table["team"]["none"][1], none, atol=1e-4)
+    assert plain.calibrator.method == "none" and groups[0].question == labelled[0].request.questions[0]

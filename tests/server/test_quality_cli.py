@@ -145,7 +145,7 @@ def test_a_profile_of_another_model_is_refused_by_the_cli(root, env, profile):
 
 def test_an_unknown_mode_says_which_exist(root, env):
     result = decide(env, "eval", str(root / "data.jsonl"), "--compare", "none,magic")
-    assert result.returncode == 2 and "none, temperature, contextual, pmi" in result.stderr
+    assert result.returncode == 2 and "none, temperature, contextual, pmi, examples" in result.stderr
 
 
 @pytest.mark.parametrize("calibration", ["none", "contextual"])
@@ -251,3 +251,27 @@ def test_run_answers_with_the_profile_it_is_given(env, profile):
     got = json.loads(profiled.stdout)["answers"]["urgent"]["noul"]
     assert got == pytest.approx(want["answers"]["urgent"]["noul"], abs=1e-5)
     assert abs(got - json.loads(plain.stdout)["answers"]["urgent"]["noul"]) > 1e-3
+
+
+def test_the_server_writes_examples_and_answers_as_the_library(root, env):
+    """gunicorn with DECIDE_CALIBRATION=examples, asked by the TypeSafe SDK: the answers of the library with the
+    same setting, on a tiny model whose greedy text is not empty (the qwen2-arch one)."""
+    from typesafe_sdk import Choice, Noul, RetryPolicy, TypeSafeClient
+
+    model = write_tiny_gguf(root / "tiny-qwen2.gguf", arch="qwen2", seed=1)
+    server_env = {**env, "DECIDE_MODEL": str(model), "DECIDE_CALIBRATION": "examples"}
+    questions = {"team": Choice(instructions="Which team?", criteria={"billing": "money", "technical": None})}
+    questions["urgent"] = Noul(instructions="Is it urgent?")
+    with ServerProcess.start("wsgi:app", env=server_env) as server:
+        client = TypeSafeClient(api_key="k", base_url=server.url, retry=RetryPolicy(max_retries=0))
+        got = [client.system_one(state=f"ticket {i}: my invoice is wrong", questions=questions) for i in (1, 2)]
+        client.close()
+    loaded = load_model(str(model), cache_dir=env["DECIDE_CACHE_DIR"], progress=False)
+    decider = Decider(loaded, DeciderOptions(calibration="examples"))
+    body = {"model": "m", "state": "ticket 2: my invoice is wrong", "questions": {"team": TEAM, "urgent": URGENT}}
+    want = systemone.decide(decider, body)
+    tempered = systemone.decide(Decider(loaded, DeciderOptions(calibration="temperature")), body)
+    team = [list(a["answers"]["team"]["probabilities"].values()) for a in (want, tempered)]
+    np.testing.assert_allclose(list(got[1].choices["team"].probabilities.values()), team[0], atol=1e-5)
+    assert got[1].nouls["urgent"].noul == pytest.approx(want["answers"]["urgent"]["noul"], abs=1e-5)
+    assert not np.allclose(np.log(team[0]), np.log(team[1]), atol=1e-2)  # the written examples changed the prompt
