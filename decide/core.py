@@ -26,7 +26,7 @@ import numpy as np
 from .answers import Answer, Decision, Usage
 from .bf16 import Precision
 from .errors import ContextLengthExceeded, DecideError, InvalidRequest
-from .prompts import PromptBuilder, TokenizedQuestion
+from .prompts import Demonstration, PromptBuilder, TokenizedQuestion
 from .quality import calibration, examples
 from .quality.profile import Profile
 from .request import DecisionRequest, Option, Part, Question, Text, refuse_images
@@ -264,8 +264,22 @@ class Decider:
             for q in todo:  # each question its own conversation, so that its examples do not depend on the others
                 writer = GreedyWriter(self.loaded.model, stops, examples.MAX_TOKENS)
                 shown, written[q] = examples.write(tokenizer, writer, q)
-                self.calibrator.learn_examples(q, shown)
+                kept, checked = self._consistent(q, shown)
+                self.calibrator.learn_examples(q, kept)
+                written[q] += checked
         return written
+
+    def _consistent(self, q: Question, shown: tuple[Demonstration, ...]) -> tuple[tuple[Demonstration, ...], int]:
+        """The written examples the model answers as written when shown the others (none if fewer than two are), and
+        the tokens that took. A wrong example (a "false" statement that is true) would teach the wrong answer."""
+        asked = []
+        for i, d in enumerate(shown):
+            others = shown[:i] + shown[i + 1 :]
+            builder = PromptBuilder(self.loaded.tokenizer, stop_markers(self.loaded.tokenizer), lambda _, o=others: o)
+            asked.append(builder.tokenize(DecisionRequest.of(d.input, [q])))
+        results = self._score_many(asked) if len(shown) > 1 else []
+        kept = tuple(d for d, r in zip(shown, results) if int(np.argmax(r.log_likelihoods[0])) == d.option)
+        return (kept if len(kept) > 1 else ()), sum(r.computed_tokens for r in results)
 
     def _count_writing(self, written: dict[Question, int], ready: list[Prepared], results: list[ScoreResult]) -> None:
         """Writing a question's examples is computed for the first request that asked it."""

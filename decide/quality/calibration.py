@@ -71,6 +71,11 @@ def check_method(name: str) -> str:
     return name
 
 
+def writes_examples(mode: str) -> bool:
+    """Whether `mode` (a method, or an evaluation mode such as `batch`) asks its questions after written examples."""
+    return mode in BY_NAME and BY_NAME[mode].writes_examples
+
+
 def prior_requests(question: Question, method: str) -> list[DecisionRequest]:
     """The question asked about each of the method's content-free inputs (no attachments of the input)."""
     return [DecisionRequest.of(text, (question,)) for text in CONTENT_FREE[method]]
@@ -145,7 +150,7 @@ class Calibrator:
 
     @property
     def writes_examples(self) -> bool:
-        return BY_NAME[self.method].writes_examples
+        return writes_examples(self.method)
 
     def demonstrations(self, q: Question) -> tuple:
         """What is shown before the input of `q`: the profile's examples where it fitted `q` (its fit was made on

@@ -40,6 +40,16 @@ def _decider(args, profile=None):
     return Decider.load(args.model, options, profile=profile, progress=not args.quiet)
 
 
+def _print_written(decider, groups, modes: list[str]) -> None:
+    """The examples the model wrote for each question (what the `examples` mode showed it)."""
+    for mode in modes[:1]:
+        writer = decider.with_calibration(mode).calibrator
+        for g in groups:
+            print(f"\nwritten examples ({g.name}):")
+            for d in writer.demonstrations(g.question):
+                print(f"  {g.question.options[d.option].value}: {d.input}")
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from .calibration import DEFAULT
     from .evaluate import evaluate, plot, report
@@ -54,6 +64,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table, groups = evaluate(decider, examples, modes, decider.calibrator.profile, progress=not args.quiet)
     print(f"{len(examples)} examples from {args.data}, model {decider.model_id}")
     report(table, groups)
+    _print_written(decider, groups, [m for m in modes if calibration.writes_examples(m)])
     if args.plot:
         plot(table, groups, args.plot)
         print(f"reliability diagram: {args.plot}")

@@ -122,7 +122,7 @@ def evaluate(decider, examples: Sequence[Example], modes: Sequence[str], profile
 def _prompts_differ(mode: str, profile) -> bool:
     if mode == "profile":
         return profile is not None and profile.shows_demonstrations
-    return mode in calibration.BY_NAME and calibration.BY_NAME[mode].writes_examples
+    return calibration.writes_examples(mode)
 
 
 def tabulate(decider, groups: list[Scored], modes: Sequence[str], profile=None) -> dict:

@@ -5,8 +5,11 @@ review's `true` is a habit). Shown labelled examples, it reads them as the quest
 without labels, the model can write the examples itself (Self-ICL, Chen et al. 2023; Z-ICL, Lyu
 et al. 2023): once per distinct question, before its first answer, it is asked in one conversation
 for a typical input whose right answer is each option in turn, each different from those it wrote
-before (greedy, so the same question always gets the same examples), and the question is then
-asked as the series of decide/prompts.py with those examples answered. The examples and the question block sit before the input, so the prefix cache keeps
+before (greedy, so the same question always gets the same examples). A small model also writes
+wrong examples (a "false" statement that is true), which would teach the wrong answer, so each is
+then asked with the others shown and kept only if the model answers it as written; unless two are
+kept, none is (decide.core.Decider._consistent). The question is then asked as the series of
+decide/prompts.py with the kept examples answered. The examples and the question block sit before the input, so the prefix cache keeps
 them: a later request computes its input and the candidates only.
 
 Written for questions of 2 to MAX_OPTIONS options without attachments; others are asked plainly.

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from decide.core import Decider, DeciderOptions, stop_markers
-from decide.prompts import Demonstration, render_prompt
+from decide.prompts import Demonstration, TokenizedQuestion, render_prompt
 from decide.quality import examples
 from decide.request import DecisionRequest, Question, Text
 from decide.runtime import mx
+from decide.scoring import ScoreResult
 from decide.scoring.generate import GreedyWriter
 from decide.scoring.reference import score_reference
 
@@ -50,35 +51,73 @@ def test_the_writer_continues_each_sequence_as_a_greedy_full_forward_would(tiny_
     assert writer.continue_from(first, finished=lambda written: len(written) == 3) == got[:3]
 
 
-def test_each_question_gets_one_written_example_per_option_once(decider):
+def test_each_question_is_written_for_and_checked_once(decider):
     first = decider.decide(TEXTS[0], [TEAM, REFUND])
+    assert decider.calibrator.unwritten([TEAM, REFUND]) == []
     shown = {q: decider.calibrator.demonstrations(q) for q in (TEAM, REFUND)}
-    assert [d.option for d in shown[TEAM]] == [0, 1, 2] and [d.option for d in shown[REFUND]] == [0, 1]
-    assert all(d.input for q in shown for d in shown[q])
     again = decider.decide(TEXTS[0], [TEAM, REFUND])
     assert {q: decider.calibrator.demonstrations(q) for q in (TEAM, REFUND)} == shown
-    assert again.usage.computed_tokens < first.usage.computed_tokens  # no writing, the series prefix cached
+    assert again.usage.computed_tokens < first.usage.computed_tokens
     for a, b in zip(first.answers, again.answers):
         np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-4)
 
 
-def test_the_written_examples_are_the_models_greedy_replies_in_one_conversation(decider):
-    decider.decide(TEXTS[0], [TEAM])
+def reference_check(decider: Decider, q: Question, written: list[Demonstration]) -> tuple[Demonstration, ...]:
+    """Each written example asked with the others shown, every candidate its own full forward: kept where the
+    best answer is its option; none kept unless two are."""
+    tok = decider.loaded.tokenizer
+    kept = []
+    for i, d in enumerate(written):
+        others = written[:i] + written[i + 1 :]
+        prompt = tuple(tok.encode(render_prompt(tok, (Text(d.input),), q, others)))
+        candidates = tuple(tuple(tok.encode(t)) for t in decider.prompts.candidate_texts(q))
+        lls = score_reference(decider.loaded.model, [TokenizedQuestion(prompt, candidates)]).log_likelihoods[0]
+        kept += [d] if int(np.argmax(lls)) == d.option else []
+    return tuple(kept) if len(kept) > 1 else ()
+
+
+@pytest.mark.parametrize("q", [TEAM, REFUND], ids=["choice", "predicate"])
+def test_the_examples_are_the_models_greedy_replies_in_one_conversation_that_it_answers_as_written(decider, q):
+    decider.decide(TEXTS[0], [q])
     tok = decider.loaded.tokenizer
     stops = examples.writing_stops(tok, stop_markers(tok))
     written: list[str] = []
-    for _ in TEAM.options:
-        prompt = tok.encode(examples.writing_prompt(tok, TEAM, written))
+    for _ in q.options:
+        prompt = tok.encode(examples.writing_prompt(tok, q, written))
         ids = greedy_reference(decider.loaded.model, prompt, stops, examples.MAX_TOKENS)
         written.append(examples.cleaned(tok.decode(ids)))
-    assert decider.calibrator.demonstrations(TEAM) == tuple(Demonstration(t, k) for k, t in enumerate(written) if t)
+    shown = [Demonstration(t, k) for k, t in enumerate(written) if t]
+    assert len(shown) == len(q.options)
+    assert decider.calibrator.demonstrations(q) == reference_check(decider, q, shown)
+
+
+def test_the_check_keeps_what_the_model_answers_as_written_and_none_unless_two(decider, monkeypatch):
+    """The check's rule on planted answers (a random model answers almost everything alike)."""
+    shown = tuple(Demonstration(f"ticket {k}", k) for k in range(3))
+    asked = []
+
+    def planted(answers):
+        def score_many(requests):
+            asked.extend(requests)
+            return [ScoreResult([np.eye(3)[a] * 5], [None]) for a in answers[len(asked) - len(requests) :]]
+
+        return score_many
+
+    monkeypatch.setattr(decider, "_score_many", planted([0, 2, 2]))
+    assert decider._consistent(TEAM, shown)[0] == (shown[0], shown[2])
+    tok = decider.loaded.tokenizer
+    want = tok.encode(render_prompt(tok, (Text("ticket 1"),), TEAM, (shown[0], shown[2])))
+    assert list(asked[1][0].prompt) == want  # each asked with the others shown
+    monkeypatch.setattr(decider, "_score_many", planted([1, 1, 1]))
+    assert decider._consistent(TEAM, shown)[0] == ()
 
 
 def test_answers_equal_the_reference_scorer_on_the_series_prompt_tempered_by_its_empty_input(decider):
     """Each candidate's own full forward on the prompt that shows the written examples; T from the same prompt
     asked about the empty input (the `temperature` recipe)."""
+    shown = (Demonstration("Refund my order.", 0), Demonstration("It crashes.", 1), Demonstration("Buy 3 seats.", 2))
+    decider.calibrator.learn_examples(TEAM, shown)  # as written (a random model's would not pass the check)
     got = decider.decide(TEXTS[1], [TEAM]).answers[0].probabilities
-    shown = decider.calibrator.demonstrations(TEAM)
     tok = decider.loaded.tokenizer
 
     def lls(text: str) -> np.ndarray:
@@ -104,16 +143,17 @@ def test_questions_it_does_not_write_for_are_asked_plainly(decider, tiny_qwen2_m
         np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-4)
 
 
-def test_a_request_prepared_before_its_examples_were_written_is_asked_with_them(decider, tiny_qwen2_model):
+def test_a_request_prepared_before_its_examples_were_written_is_asked_with_them(decider):
     request = DecisionRequest.of(TEXTS[1], [TEAM])
     early = decider.prepare(request)
     assert early.shown == ((),)
+    shown = (Demonstration("Refund my order.", 0), Demonstration("It crashes.", 1))
+    decider.calibrator.learn_examples(TEAM, shown)
     [answer] = decider.decide_batch([early])
-    other = Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
-    other.decide(TEXTS[0], [TEAM])  # writes the same examples first
-    np.testing.assert_allclose(
-        answer.answers[0].probabilities, other.decide(request).answers[0].probabilities, atol=1e-4
-    )
+    [again] = decider.decide_batch([decider.prepare(request)])
+    assert decider.prepare(request).shown == (shown,)
+    np.testing.assert_allclose(answer.answers[0].probabilities, again.answers[0].probabilities, atol=1e-4)
+    assert answer.usage.input_tokens == again.usage.input_tokens > early.input_tokens
 
 
 def test_cleaning_keeps_the_first_paragraph_without_enclosing_quotes():
@@ -131,8 +171,7 @@ def test_written_examples_do_not_replace_a_profiles_demonstrations(decider):
     fitted = decider.with_profile(Profile(decider.model_id, model_fingerprint(decider.loaded), entries))
     fitted.decide(TEXTS[0], [REFUND, TEAM])
     assert fitted.calibrator.demonstrations(REFUND) == shown
-    assert [d.option for d in fitted.calibrator.demonstrations(TEAM)] == [0, 1, 2]
-    assert fitted.calibrator.unwritten([REFUND, TEAM]) == []
+    assert fitted.calibrator.unwritten([REFUND, TEAM]) == []  # TEAM written for, REFUND never
 
 
 def test_eval_measures_examples_on_their_own_run_with_the_answers_the_library_gives(tiny_qwen2_model):

@@ -255,7 +255,7 @@ def test_run_answers_with_the_profile_it_is_given(env, profile):
 
 def test_the_server_writes_examples_and_answers_as_the_library(root, env):
     """gunicorn with DECIDE_CALIBRATION=examples, asked by the TypeSafe SDK: the answers of the library with the
-    same setting, on a tiny model whose greedy text is not empty (the qwen2-arch one)."""
+    same setting (its examples written and checked), on a tiny model whose greedy text is not empty (qwen2-arch)."""
     from typesafe_sdk import Choice, Noul, RetryPolicy, TypeSafeClient
 
     model = write_tiny_gguf(root / "tiny-qwen2.gguf", arch="qwen2", seed=1)
@@ -270,8 +270,7 @@ def test_the_server_writes_examples_and_answers_as_the_library(root, env):
     decider = Decider(loaded, DeciderOptions(calibration="examples"))
     body = {"model": "m", "state": "ticket 2: my invoice is wrong", "questions": {"team": TEAM, "urgent": URGENT}}
     want = systemone.decide(decider, body)
-    tempered = systemone.decide(Decider(loaded, DeciderOptions(calibration="temperature")), body)
-    team = [list(a["answers"]["team"]["probabilities"].values()) for a in (want, tempered)]
-    np.testing.assert_allclose(list(got[1].choices["team"].probabilities.values()), team[0], atol=1e-5)
+    team = list(want["answers"]["team"]["probabilities"].values())
+    np.testing.assert_allclose(list(got[1].choices["team"].probabilities.values()), team, atol=1e-5)
     assert got[1].nouls["urgent"].noul == pytest.approx(want["answers"]["urgent"]["noul"], abs=1e-5)
-    assert not np.allclose(np.log(team[0]), np.log(team[1]), atol=1e-2)  # the written examples changed the prompt
+    assert decider.calibrator.unwritten(systemone.parse(body).request.questions) == []
