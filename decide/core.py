@@ -270,8 +270,9 @@ class Decider:
         return written
 
     def _consistent(self, q: Question, shown: tuple[Demonstration, ...]) -> tuple[tuple[Demonstration, ...], int]:
-        """The written examples the model answers as written when shown the others (none if fewer than two are), and
-        the tokens that took. A wrong example (a "false" statement that is true) would teach the wrong answer."""
+        """The written examples the model answers as written when shown the others, and the tokens that took. A wrong
+        example (a "false" statement that is true) would teach the wrong answer; so would a set that leaves out more
+        than one answer (the model maps the inputs of answers it was not shown onto those it was): then none."""
         asked = []
         for i, d in enumerate(shown):
             others = shown[:i] + shown[i + 1 :]
@@ -279,7 +280,8 @@ class Decider:
             asked.append(builder.tokenize(DecisionRequest.of(d.input, [q])))
         results = self._score_many(asked) if len(shown) > 1 else []
         kept = tuple(d for d, r in zip(shown, results) if int(np.argmax(r.log_likelihoods[0])) == d.option)
-        return (kept if len(kept) > 1 else ()), sum(r.computed_tokens for r in results)
+        enough = len(kept) >= max(2, len(q.options) - 1)
+        return (kept if enough else ()), sum(r.computed_tokens for r in results)
 
     def _count_writing(self, written: dict[Question, int], ready: list[Prepared], results: list[ScoreResult]) -> None:
         """Writing a question's examples is computed for the first request that asked it."""

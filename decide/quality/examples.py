@@ -7,8 +7,10 @@ et al. 2023): once per distinct question, before its first answer, it is asked i
 for a typical input whose right answer is each option in turn, each different from those it wrote
 before (greedy, so the same question always gets the same examples). A small model also writes
 wrong examples (a "false" statement that is true), which would teach the wrong answer, so each is
-then asked with the others shown and kept only if the model answers it as written; unless two are
-kept, none is (decide.core.Decider._consistent). The question is then asked as the series of
+then asked with the others shown and kept only if the model answers it as written. Unless all
+answers but one keep their example, none is shown: a set that leaves out more answers teaches the
+model not to use them (measured: TREC's `human` questions went to `entity` when only `description`
+and `number` were shown; decide.core.Decider._consistent). The question is then asked as the series of
 decide/prompts.py with the kept examples answered. The examples and the question block sit before the input, so the prefix cache keeps
 them: a later request computes its input and the candidates only.
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from decide.core import Decider
+from decide.core import Decider, DeciderOptions
 from decide.request import Option, Question
 from decide.wire import systemone
 
@@ -103,3 +103,17 @@ def test_yes_no_ranks_the_obvious_yes_above_the_obvious_no(p_true):
 )
 def test_an_obvious_no_gets_p_true_below_one_half(p_true):
     assert all(p_true[name, False] < 0.5 for name in YES_NO), p_true
+
+
+def test_with_written_examples_the_obvious_answers_stay_right(qwen):
+    """`examples`: the model writes and checks an example per answer, then answers after them (one or two written
+    examples per question here: minutes in float32, so only two questions)."""
+    decider = Decider(qwen, DeciderOptions(calibration="examples"))
+    team = Question.choice("Which team should handle this ticket?", TEAMS)
+    for expected, ticket in TICKETS.items():
+        assert decider.decide(ticket, [team]).answers[0].best.value == expected
+    question, yes, no = YES_NO["sum"]
+    q = Question.predicate(question)
+    assert decider.decide(yes, [q]).answers[0].probability > 0.5 > decider.decide(no, [q]).answers[0].probability
+    shown = decider.calibrator.demonstrations(q)
+    assert all(d.input for d in shown) and len(shown) in (0, 2)
