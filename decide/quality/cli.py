@@ -107,7 +107,10 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"\ndev: {args.dev}, {len(dev)} examples")
         report(table, [g for g in dev_groups if profile.entry(g.question)])
         return 0
-    table = tabulate(scorer, fitted, list(dict.fromkeys(["none", DEFAULT])))
+    # These rows read the fit's own scores (asked after the profile's demonstrations): a calibration that asks
+    # after written examples has other prompts, so its prior-only sibling `temperature` stands in for it.
+    before = "temperature" if calibration.writes_examples(DEFAULT) else DEFAULT
+    table = tabulate(scorer, fitted, list(dict.fromkeys(["none", before])))
     for g in fitted:
         p = cross_validated_probabilities(g, args.cv)
         table[g.name][f"fitted ({args.cv}-fold)"] = (Scores.of(p, g.y), p)
