@@ -105,17 +105,22 @@ def probabilities(scored: Scored, mode: str, found_priors: dict, profile=None) -
 
 
 def evaluate(decider, examples: Sequence[Example], modes: Sequence[str], profile=None, progress: bool = True):
-    """{question name: {mode: (Scores, p)}} plus the Scored groups of the plain prompts. Every mode comes from
+    """{question name: {mode: (Scores, p)}} plus the Scored groups (labels and raw scores). Every mode comes from
     one scoring run of the plain prompts, except those whose prompts differ: a profile that shows
     demonstrations and a calibration that writes examples are each measured on a run of their own."""
     own_run = [m for m in modes if _prompts_differ(m, profile)]
     plain = decider.with_profile(None).with_calibration("none")
-    groups = score(plain, examples, progress)
-    table = tabulate(plain, groups, [m for m in modes if m not in own_run], profile)
+    groups: list[Scored] = []
+    table: dict = {}
+    if len(own_run) < len(modes):
+        groups = score(plain, examples, progress)
+        table = tabulate(plain, groups, [m for m in modes if m not in own_run], profile)
     for mode in own_run:
         other = decider.with_profile(profile) if mode == "profile" else plain.with_calibration(mode)
-        for g in score(other, examples, progress):
-            table[g.name].update(tabulate(other, [g], [mode], profile)[g.name])
+        scored = score(other, examples, progress)
+        groups = groups or scored
+        for g in scored:
+            table.setdefault(g.name, {}).update(tabulate(other, [g], [mode], profile)[g.name])
     return table, groups
 
 
