@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .request import DecisionRequest, Image, Part, Question, Text, refuse_images
+from .request import DecisionRequest, Image, Option, Part, Question, Text, refuse_images
 
 _MARKER = "\u2063decide-ending-marker\u2063"
 SERIES_LEAD = "Evaluate each input that follows, one at a time."
@@ -40,10 +40,13 @@ def json_value(value: str | bool) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def option_line(o: Option) -> str:
+    return f"{json_value(o.value)} \u2014 {o.description}" if o.description else json_value(o.value)
+
+
 def question_block(q: Question, lead: str = "Evaluate the preceding input.") -> str:
     lines = [lead, f"Question: {q.instructions}", q.spec.header]
-    for o in q.options:
-        lines.append(f"{json_value(o.value)} \u2014 {o.description}" if o.description else json_value(o.value))
+    lines += [option_line(o) for o in q.options]
     lines.append("Answer with exactly one of the JSON values above. Do not explain.")
     return "\n".join(lines)
 

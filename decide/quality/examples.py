@@ -19,7 +19,7 @@ Written for questions of 2 to MAX_OPTIONS options without attachments; others ar
 
 from __future__ import annotations
 
-from ..prompts import ChatTokenizer, Demonstration, json_value
+from ..prompts import ChatTokenizer, Demonstration, json_value, option_line
 from ..request import Question
 from ..scoring.generate import GreedyWriter
 
@@ -45,10 +45,6 @@ def writes_for(q: Question) -> bool:
     return 1 < len(q.options) <= MAX_OPTIONS and not q.attachments
 
 
-def _option_line(value: str | bool, description: str | None) -> str:
-    return f"{json_value(value)} \u2014 {description}" if description else json_value(value)
-
-
 def writing_request(q: Question, option: int) -> str:
     """The user turn that asks for an input whose right answer is option `option` (after those of the options
     before it)."""
@@ -56,7 +52,7 @@ def writing_request(q: Question, option: int) -> str:
     target = json_value(o.value) + (f" ({o.description})" if o.description else "")
     if option > 0:
         return NEXT.format(target=target)
-    options = "\n".join(_option_line(x.value, x.description) for x in q.options)
+    options = "\n".join(option_line(x) for x in q.options)
     return FIRST.format(instructions=q.instructions, header=q.spec.header, options=options, target=target)
 
 
