@@ -261,7 +261,8 @@ class Decider:
         stops = examples.writing_stops(tokenizer, stop_markers(tokenizer))
         written = {}
         with self._lock:
-            for q in todo:  # each question its own conversation, so that its examples do not depend on the others
+            for q in self.calibrator.unwritten(todo):  # again: another thread may have written them meanwhile
+                # each question its own conversation, so that its examples do not depend on the others
                 writer = GreedyWriter(self.loaded.model, stops, examples.MAX_TOKENS)
                 shown, written[q] = examples.write(tokenizer, writer, q)
                 kept, checked = self._consistent(q, shown)

@@ -200,3 +200,17 @@ def test_eval_measures_examples_on_their_own_run_with_the_answers_the_library_gi
     none = [plain.decide(ex.request).answers[0].probabilities for ex in labelled]
     np.testing.assert_allclose(table["team"]["none"][1], none, atol=1e-4)
     assert plain.calibrator.method == "none" and groups[0].question == labelled[0].request.questions[0]
+
+
+def test_threads_asking_a_new_question_at_once_write_its_examples_once(decider, monkeypatch):
+    import threading
+
+    calls = []
+    write = examples.write
+    monkeypatch.setattr(examples, "write", lambda *a: calls.append(a[2]) or write(*a))
+    threads = [threading.Thread(target=decider.decide, args=(t, [TEAM, REFUND])) for t in TEXTS * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(calls, key=str) == sorted([TEAM, REFUND], key=str)
