@@ -274,11 +274,10 @@ class Decider:
         """The written examples the model answers as written when shown the others, and the tokens that took. A wrong
         example (a "false" statement that is true) would teach the wrong answer; so would a set that leaves out more
         than one answer (the model maps the inputs of answers it was not shown onto those it was): then none."""
-        asked = []
-        for i, d in enumerate(shown):
-            others = shown[:i] + shown[i + 1 :]
-            builder = PromptBuilder(self.loaded.tokenizer, stop_markers(self.loaded.tokenizer), lambda _, o=others: o)
-            asked.append(builder.tokenize(DecisionRequest.of(d.input, [q])))
+        asked = [
+            [self.prompts.tokenize_question((Text(d.input),), q, shown[:i] + shown[i + 1 :])]
+            for i, d in enumerate(shown)
+        ]
         results = self._score_many(asked) if len(shown) > 1 else []
         kept = tuple(d for d, r in zip(shown, results) if int(np.argmax(r.log_likelihoods[0])) == d.option)
         enough = len(kept) >= max(2, len(q.options) - 1)

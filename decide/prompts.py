@@ -131,9 +131,12 @@ class PromptBuilder:
         return [json_value(o.value) + self.ending for o in q.options]
 
     def tokenize(self, request: DecisionRequest) -> list[TokenizedQuestion]:
-        out = []
-        for q in request.questions:
-            prompt = self.tokenizer.encode(render_prompt(self.tokenizer, request.input, q, self.demonstrations(q)))
-            candidates = tuple(tuple(self.tokenizer.encode(t)) for t in self.candidate_texts(q))
-            out.append(TokenizedQuestion(tuple(prompt), candidates))
-        return out
+        return [self.tokenize_question(request.input, q, self.demonstrations(q)) for q in request.questions]
+
+    def tokenize_question(
+        self, input: tuple[Part, ...], q: Question, demonstrations: Sequence[Demonstration] = ()
+    ) -> TokenizedQuestion:
+        """`q` about `input`, asked after `demonstrations` (whatever this builder would show)."""
+        prompt = self.tokenizer.encode(render_prompt(self.tokenizer, input, q, demonstrations))
+        candidates = tuple(tuple(self.tokenizer.encode(t)) for t in self.candidate_texts(q))
+        return TokenizedQuestion(tuple(prompt), candidates)

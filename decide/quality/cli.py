@@ -42,12 +42,13 @@ def _decider(args, profile=None):
 
 def _print_written(decider, groups, modes: list[str]) -> None:
     """The examples the model wrote for each question (what the `examples` mode showed it)."""
-    for mode in modes[:1]:
-        writer = decider.with_calibration(mode).calibrator
-        for g in groups:
-            print(f"\nwritten examples ({g.name}):")
-            for d in writer.demonstrations(g.question):
-                print(f"  {g.question.options[d.option].value}: {d.input}")
+    if not modes:
+        return
+    writer = decider.with_calibration(modes[0]).calibrator
+    for g in groups:
+        print(f"\nwritten examples ({g.name}):")
+        for d in writer.demonstrations(g.question):
+            print(f"  {g.question.options[d.option].value}: {d.input}")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

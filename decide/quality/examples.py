@@ -10,9 +10,10 @@ wrong examples (a "false" statement that is true), which would teach the wrong a
 then asked with the others shown and kept only if the model answers it as written. Unless all
 answers but one keep their example, none is shown: a set that leaves out more answers teaches the
 model not to use them (measured: TREC's `human` questions went to `entity` when only `description`
-and `number` were shown; decide.core.Decider._consistent). The question is then asked as the series of
-decide/prompts.py with the kept examples answered. The examples and the question block sit before the input, so the prefix cache keeps
-them: a later request computes its input and the candidates only.
+and `number` were shown; decide.core.Decider._consistent). The question is then asked as the
+series of decide/prompts.py with the kept examples answered. The examples and the question block
+sit before the input, so the prefix cache keeps them: a later request computes its input and the
+candidates only.
 
 Written for questions of 2 to MAX_OPTIONS options without attachments; others are asked plainly.
 """
