@@ -264,24 +264,43 @@ class Decider:
             for q in self.calibrator.unwritten(todo):  # again: another thread may have written them meanwhile
                 # each question its own conversation, so that its examples do not depend on the others
                 writer = GreedyWriter(self.loaded.model, stops, examples.MAX_TOKENS)
-                shown, written[q] = examples.write(tokenizer, writer, q)
-                kept, checked = self._consistent(q, shown)
+                kept, checked = self._written_and_checked(examples.Conversation(tokenizer, writer, q))
                 self.calibrator.learn_examples(q, kept)
-                written[q] += checked
+                written[q] = writer.computed + checked
         return written
 
-    def _consistent(self, q: Question, shown: tuple[Demonstration, ...]) -> tuple[tuple[Demonstration, ...], int]:
-        """The written examples the model answers as written when shown the others, and the tokens that took. A wrong
-        example (a "false" statement that is true) would teach the wrong answer; so would a set that leaves out more
-        than one answer (the model maps the inputs of answers it was not shown onto those it was): then none."""
+    def _written_and_checked(self, conversation: examples.Conversation) -> tuple[tuple[Demonstration, ...], int]:
+        """The examples the model wrote for the conversation's question that it answers as written, and the tokens
+        their checks took. An example answered otherwise is written again (the model told how it was answered), up
+        to examples.REWRITES times; a wrong example (a "false" statement that is true) would teach the wrong answer,
+        and so would a set that leaves out more than one answer (the model maps the inputs of answers it was not
+        shown onto those it was): then none."""
+        q = conversation.q
+        texts = conversation.write()
+        checked = 0
+        for attempt in range(examples.REWRITES + 1):
+            shown = tuple(Demonstration(t, k) for k, t in enumerate(texts) if t)
+            answers, tokens = self._check(q, shown)
+            checked += tokens
+            answered = dict.fromkeys(range(len(texts))) | dict(zip((d.option for d in shown), answers))
+            wrong = [k for k, a in answered.items() if a != k]
+            if not wrong or attempt == examples.REWRITES:
+                break
+            for k in wrong:
+                texts[k] = conversation.rewrite(k, answered[k])
+        kept = tuple(d for d, a in zip(shown, answers) if a == d.option)
+        return (kept if len(kept) >= max(2, len(q.options) - 1) else ()), checked
+
+    def _check(self, q: Question, shown: tuple[Demonstration, ...]) -> tuple[list[int], int]:
+        """The model's answer to each example asked with the others shown, and the tokens that took."""
+        if len(shown) < 2:
+            return [], 0
         asked = [
             [self.prompts.tokenize_question((Text(d.input),), q, shown[:i] + shown[i + 1 :])]
             for i, d in enumerate(shown)
         ]
-        results = self._score_many(asked) if len(shown) > 1 else []
-        kept = tuple(d for d, r in zip(shown, results) if int(np.argmax(r.log_likelihoods[0])) == d.option)
-        enough = len(kept) >= max(2, len(q.options) - 1)
-        return (kept if enough else ()), sum(r.computed_tokens for r in results)
+        results = self._score_many(asked)
+        return [int(np.argmax(r.log_likelihoods[0])) for r in results], sum(r.computed_tokens for r in results)
 
     def _count_writing(self, written: dict[Question, int], ready: list[Prepared], results: list[ScoreResult]) -> None:
         """Writing a question's examples is computed for the first request that asked it."""

@@ -20,12 +20,13 @@ Written for questions of 2 to MAX_OPTIONS options without attachments; others ar
 
 from __future__ import annotations
 
-from ..prompts import ChatTokenizer, Demonstration, json_value, option_line
+from ..prompts import ChatTokenizer, json_value, option_line
 from ..request import Question
 from ..scoring.generate import GreedyWriter
 
 MAX_OPTIONS = 12  # a longer option list costs one written input per option: asked plainly instead
 MAX_TOKENS = 64  # per written input
+REWRITES = 2  # rounds of writing again the inputs the model answers otherwise
 FIRST = (
     "Inputs are judged by this question:\n"
     "Question: {instructions}\n"
@@ -38,6 +39,11 @@ NEXT = (
     "Now invent a typical input whose right answer is clearly {target}, different from the inputs above: "
     "write it as it would appear, with no quotes, labels or explanation."
 )
+REWRITE = (
+    "The input you wrote for {target} would be judged {answered}. Now invent another typical input whose right "
+    "answer is clearly {target}, not {answered}, different from the inputs above: "
+    "write it as it would appear, with no quotes, labels or explanation."
+)
 REPLY_START = "Here is one:\n\n"  # each reply begun, so that it starts with the input, not a refusal
 QUOTES = "\"'`\u201c"
 
@@ -46,25 +52,26 @@ def writes_for(q: Question) -> bool:
     return 1 < len(q.options) <= MAX_OPTIONS and not q.attachments
 
 
+def target(q: Question, option: int) -> str:
+    o = q.options[option]
+    return json_value(o.value) + (f" ({o.description})" if o.description else "")
+
+
 def writing_request(q: Question, option: int) -> str:
     """The user turn that asks for an input whose right answer is option `option` (after those of the options
     before it)."""
-    o = q.options[option]
-    target = json_value(o.value) + (f" ({o.description})" if o.description else "")
     if option > 0:
-        return NEXT.format(target=target)
+        return NEXT.format(target=target(q, option))
     options = "\n".join(option_line(x) for x in q.options)
-    return FIRST.format(instructions=q.instructions, header=q.spec.header, options=options, target=target)
+    return FIRST.format(instructions=q.instructions, header=q.spec.header, options=options, target=target(q, 0))
 
 
-def writing_prompt(tokenizer: ChatTokenizer, q: Question, written: list[str]) -> str:
-    """The conversation that asks for the input of option len(written), after the inputs `written` for the options
-    before it, its reply begun."""
-    chat = []
-    for k, text in enumerate(written):
-        chat += [{"role": "user", "content": writing_request(q, k)}, {"role": "assistant", "content": text}]
-    chat.append({"role": "user", "content": writing_request(q, len(written))})
-    return tokenizer.apply_chat_template(chat, add_generation_prompt=True) + REPLY_START
+def rewriting_request(q: Question, option: int, answered: int | None) -> str:
+    """The user turn that asks again for an input of option `option`, its last having been answered `answered`
+    (None: it came out empty)."""
+    if answered is None:
+        return NEXT.format(target=target(q, option))
+    return REWRITE.format(answered=target(q, answered), target=target(q, option))
 
 
 def cleaned(text: str) -> str:
@@ -75,17 +82,39 @@ def cleaned(text: str) -> str:
     return text.strip()
 
 
-def write(tokenizer: ChatTokenizer, writer: GreedyWriter, q: Question) -> tuple[tuple[Demonstration, ...], int]:
-    """One written example per option of `q`, in option order (an option whose text came out empty has none), and
-    the tokens the writing computed."""
-    written: list[str] = []
-    before = writer.computed
-    for _ in q.options:
-        prompt = tokenizer.encode(writing_prompt(tokenizer, q, written))
-        ids = writer.continue_from(prompt, lambda ids: "\n\n" in tokenizer.decode(ids).strip())
-        written.append(cleaned(tokenizer.decode(ids)))
-    shown = tuple(Demonstration(text, k) for k, text in enumerate(written) if text)
-    return shown, writer.computed - before
+def writing_prompt(tokenizer: ChatTokenizer, chat: list[dict], request: str) -> str:
+    """The conversation `chat` (user and assistant turns) followed by the user turn `request`, its reply begun."""
+    turns = [*chat, {"role": "user", "content": request}]
+    return tokenizer.apply_chat_template(turns, add_generation_prompt=True) + REPLY_START
+
+
+class Conversation:
+    """One question's writing: each request a user turn, each written input the assistant's reply, greedy."""
+
+    def __init__(self, tokenizer: ChatTokenizer, writer: GreedyWriter, q: Question) -> None:
+        self.tokenizer, self.writer, self.q = tokenizer, writer, q
+        self.chat: list[dict] = []
+        self.first_tokens: dict[int, set[int]] = {}  # by option: the first token of each input written for it
+
+    def write(self) -> list[str]:
+        """One input per option, in option order (empty where the text came out empty)."""
+        return [self._ask(k, writing_request(self.q, k)) for k in range(len(self.q.options))]
+
+    def rewrite(self, option: int, answered: int | None) -> str:
+        """Another input for `option`, its last having been answered `answered`. It starts with another token than
+        those written for `option` before: told to write another, a small model repeats its last word for word."""
+        return self._ask(option, rewriting_request(self.q, option, answered))
+
+    def _ask(self, option: int, request: str) -> str:
+        prompt = self.tokenizer.encode(writing_prompt(self.tokenizer, self.chat, request))
+        firsts = self.first_tokens.setdefault(option, set())
+        ids = self.writer.continue_from(
+            prompt, lambda ids: "\n\n" in self.tokenizer.decode(ids).strip(), not_first=firsts
+        )
+        firsts.update(ids[:1])
+        text = cleaned(self.tokenizer.decode(ids))
+        self.chat += [{"role": "user", "content": request}, {"role": "assistant", "content": text}]
+        return text
 
 
 def writing_stops(tokenizer, stop_markers: list[str]) -> list[int]:

@@ -7,7 +7,7 @@ from the same model and precision.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
@@ -27,20 +27,25 @@ class GreedyWriter:
         self.computed = 0  # tokens fed through the model so far
 
     def continue_from(
-        self, tokens: Sequence[int], finished: Callable[[list[int]], bool] = lambda written: False
+        self,
+        tokens: Sequence[int],
+        finished: Callable[[list[int]], bool] = lambda written: False,
+        not_first: Collection[int] = (),
     ) -> list[int]:
         """The greedy continuation of `tokens`, up to max_tokens, without the stop token that ended it; also ended
-        as soon as `finished(its tokens so far)`."""
-        logits = self._feed(list(tokens))
+        as soon as `finished(its tokens so far)`. Its first token is the likeliest not in `not_first`."""
+        logits = self._feed(list(tokens))[0, -1]
+        if not_first:
+            logits[mx.array(sorted(not_first))] = -mx.inf
         written: list[int] = []
         while len(written) < self.max_tokens:
-            token = int(mx.argmax(logits[0, -1]).item())
+            token = int(mx.argmax(logits).item())
             if token in self.stop_tokens:
                 break
             written.append(token)
             if finished(written) or len(written) == self.max_tokens:
                 break
-            logits = self._feed([*self.fed, token])
+            logits = self._feed([*self.fed, token])[0, -1]
         return written
 
     def _feed(self, tokens: list[int]) -> mx.array:

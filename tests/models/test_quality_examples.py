@@ -25,11 +25,15 @@ def decider(tiny_qwen2_model) -> Decider:
     return Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
 
 
-def greedy_reference(model, prompt: list[int], stops: list[int], max_tokens: int) -> list[int]:
-    """One full forward of the whole sequence per written token, its argmax appended (no cache, no batch)."""
+def greedy_reference(model, prompt: list[int], stops: list[int], max_tokens: int, not_first=()) -> list[int]:
+    """One full forward of the whole sequence per written token, its argmax appended (no cache, no batch); the
+    first token the argmax of those not in `not_first`."""
     ids = list(prompt)
     for _ in range(max_tokens):
-        token = int(mx.argmax(model(mx.array([ids]))[0, -1]).item())
+        logits = np.array(model(mx.array([ids]))[0, -1].astype(mx.float32))
+        if len(ids) == len(prompt):
+            logits[list(not_first)] = -np.inf
+        token = int(np.argmax(logits))
         if token in stops:
             break
         ids.append(token)
@@ -41,7 +45,7 @@ def test_the_writer_continues_each_sequence_as_a_greedy_full_forward_would(tiny_
     writer (its cache trimmed and reused between calls) against a full forward per token."""
     tok = tiny_qwen2_model.tokenizer
     stops = examples.writing_stops(tok, stop_markers(tok))
-    first = tok.encode(examples.writing_prompt(tok, TEAM, []))
+    first = tok.encode(examples.writing_prompt(tok, [], examples.writing_request(TEAM, 0)))
     writer = GreedyWriter(tiny_qwen2_model.model, stops, 12)
     got = writer.continue_from(first)
     assert got == greedy_reference(tiny_qwen2_model.model, first, stops, 12) and got
@@ -49,6 +53,8 @@ def test_the_writer_continues_each_sequence_as_a_greedy_full_forward_would(tiny_
         assert writer.continue_from(tokens) == greedy_reference(tiny_qwen2_model.model, tokens, stops, 12)
     assert writer.computed < 2 * len(first) + 3 * 12 + 20  # the shared starts were not computed again
     assert writer.continue_from(first, finished=lambda written: len(written) == 3) == got[:3]
+    other = writer.continue_from(first, not_first={got[0]})
+    assert other == greedy_reference(tiny_qwen2_model.model, first, stops, 12, {got[0]}) and other[0] != got[0]
 
 
 def test_each_question_is_written_for_and_checked_once(decider):
@@ -62,62 +68,122 @@ def test_each_question_is_written_for_and_checked_once(decider):
         np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-4)
 
 
-def reference_check(decider: Decider, q: Question, written: list[Demonstration]) -> tuple[Demonstration, ...]:
-    """Each written example asked with the others shown, every candidate its own full forward: kept where the
-    best answer is its option; none kept unless all options but one keep theirs (and two at least)."""
+def reference_answers(decider: Decider, q: Question, shown: list[Demonstration]) -> list[int]:
+    """Each written example asked with the others shown, every candidate its own full forward: the best answer."""
     tok = decider.loaded.tokenizer
-    kept = []
-    for i, d in enumerate(written):
-        others = written[:i] + written[i + 1 :]
-        prompt = tuple(tok.encode(render_prompt(tok, (Text(d.input),), q, others)))
+    answers = []
+    for i, d in enumerate(shown):
+        prompt = tuple(tok.encode(render_prompt(tok, (Text(d.input),), q, shown[:i] + shown[i + 1 :])))
         candidates = tuple(tuple(tok.encode(t)) for t in decider.prompts.candidate_texts(q))
         lls = score_reference(decider.loaded.model, [TokenizedQuestion(prompt, candidates)]).log_likelihoods[0]
-        kept += [d] if int(np.argmax(lls)) == d.option else []
-    return tuple(kept) if len(kept) >= max(2, len(q.options) - 1) else ()
+        answers.append(int(np.argmax(lls)))
+    return answers
+
+
+def reference_examples(decider: Decider, q: Question) -> tuple[Demonstration, ...]:
+    """The conversation written token by token with a full forward each; the examples the reference check answers
+    otherwise written again (told how they were answered), up to REWRITES rounds; kept where answered as written,
+    none unless all options but one keep theirs (and two at least)."""
+    tok = decider.loaded.tokenizer
+    stops = examples.writing_stops(tok, stop_markers(tok))
+    chat: list[dict] = []
+    firsts: dict[int, set[int]] = {k: set() for k in range(len(q.options))}
+
+    def ask(k: int, request: str) -> str:
+        prompt = tok.encode(examples.writing_prompt(tok, chat, request))
+        ids = greedy_reference(decider.loaded.model, prompt, stops, examples.MAX_TOKENS, firsts[k])
+        firsts[k].update(ids[:1])
+        text = examples.cleaned(tok.decode(ids))
+        chat.extend([{"role": "user", "content": request}, {"role": "assistant", "content": text}])
+        return text
+
+    texts = [ask(k, examples.writing_request(q, k)) for k in range(len(q.options))]
+    for attempt in range(examples.REWRITES + 1):
+        shown = [Demonstration(t, k) for k, t in enumerate(texts) if t]
+        answers = reference_answers(decider, q, shown) if len(shown) > 1 else []
+        answered = {k: None for k in range(len(texts))} | {d.option: a for d, a in zip(shown, answers)}
+        wrong = [k for k, a in answered.items() if a != k]
+        if not wrong or attempt == examples.REWRITES:
+            break
+        for k in wrong:
+            texts[k] = ask(k, examples.rewriting_request(q, k, answered[k]))
+    kept = tuple(d for d, a in zip(shown, answers) if a == d.option)
+    return kept if len(kept) >= max(2, len(q.options) - 1) else ()
 
 
 @pytest.mark.parametrize("q", [TEAM, REFUND], ids=["choice", "predicate"])
 def test_the_examples_are_the_models_greedy_replies_in_one_conversation_that_it_answers_as_written(decider, q):
     decider.decide(TEXTS[0], [q])
+    assert decider.calibrator.demonstrations(q) == reference_examples(decider, q)
+
+
+class PlantedConversation:
+    """Writes "ticket K" for option K, then "ticket K again" (and again) when told it was answered otherwise."""
+
+    def __init__(self, q: Question) -> None:
+        self.q = q
+        self.told: list[tuple[int, int | None]] = []
+        self.texts = [f"ticket {k}" for k in range(len(q.options))]
+
+    def write(self) -> list[str]:
+        return list(self.texts)
+
+    def rewrite(self, option: int, answered: int | None) -> str:
+        self.told.append((option, answered))
+        self.texts[option] += " again"
+        return self.texts[option]
+
+
+def planted(decider, monkeypatch, *rounds: list[int]) -> None:
+    """The model answers the examples of each check with the next of `rounds` (5 nats on the answer)."""
+    answers = iter(rounds)
+
+    def score_many(requests):
+        k = len(requests[0][0].candidates)
+        return [ScoreResult([np.eye(k)[a] * 5], [None]) for a in next(answers)][: len(requests)]
+
+    monkeypatch.setattr(decider, "_score_many", score_many)
+
+
+def test_the_check_asks_each_example_with_the_others_shown(decider, monkeypatch):
+    shown = tuple(Demonstration(f"ticket {k}", k) for k in range(3))
+    asked = []
+    monkeypatch.setattr(decider, "_score_many", lambda r: asked.extend(r) or [ScoreResult([np.eye(3)[2]], [None])] * 3)
+    assert decider._check(TEAM, shown)[0] == [2, 2, 2]
     tok = decider.loaded.tokenizer
-    stops = examples.writing_stops(tok, stop_markers(tok))
-    written: list[str] = []
-    for _ in q.options:
-        prompt = tok.encode(examples.writing_prompt(tok, q, written))
-        ids = greedy_reference(decider.loaded.model, prompt, stops, examples.MAX_TOKENS)
-        written.append(examples.cleaned(tok.decode(ids)))
-    shown = [Demonstration(t, k) for k, t in enumerate(written) if t]
-    assert len(shown) == len(q.options)
-    assert decider.calibrator.demonstrations(q) == reference_check(decider, q, shown)
+    want = tok.encode(render_prompt(tok, (Text("ticket 1"),), TEAM, (shown[0], shown[2])))
+    assert list(asked[1][0].prompt) == want
+
+
+def test_an_example_answered_otherwise_is_written_again_with_how_it_was_answered(decider, monkeypatch):
+    planted(decider, monkeypatch, [0, 2, 2], [0, 1, 2])
+    conversation = PlantedConversation(TEAM)
+    kept, _ = decider._written_and_checked(conversation)
+    assert conversation.told == [(1, 2)]
+    assert kept == (Demonstration("ticket 0", 0), Demonstration("ticket 1 again", 1), Demonstration("ticket 2", 2))
 
 
 def test_the_check_keeps_what_the_model_answers_as_written_unless_two_answers_lose_theirs(decider, monkeypatch):
-    """The check's rule on planted answers (a random model answers almost everything alike)."""
-    shown = tuple(Demonstration(f"ticket {k}", k) for k in range(3))
-    asked = []
-
-    def planted(answers):
-        def score_many(requests):
-            assert len(requests) == len(answers)
-            asked.extend(requests)
-            k = len(requests[0][0].candidates)
-            return [ScoreResult([np.eye(k)[a] * 5], [None]) for a in answers]
-
-        return score_many
-
-    monkeypatch.setattr(decider, "_score_many", planted([0, 2, 2]))
-    assert decider._consistent(TEAM, shown)[0] == (shown[0], shown[2])
-    tok = decider.loaded.tokenizer
-    want = tok.encode(render_prompt(tok, (Text("ticket 1"),), TEAM, (shown[0], shown[2])))
-    assert list(asked[1][0].prompt) == want  # each asked with the others shown
-    monkeypatch.setattr(decider, "_score_many", planted([1, 1, 1]))
-    assert decider._consistent(TEAM, shown)[0] == ()
+    """After REWRITES rounds, the rule on planted answers (a random model answers almost everything alike)."""
+    rounds = examples.REWRITES + 1
+    planted(decider, monkeypatch, *[[0, 2, 2]] * rounds)
+    conversation = PlantedConversation(TEAM)
+    kept, _ = decider._written_and_checked(conversation)
+    assert conversation.told == [(1, 2)] * (rounds - 1)
+    assert [d.option for d in kept] == [0, 2]
+    planted(decider, monkeypatch, *[[1, 1, 1]] * rounds)
+    assert decider._written_and_checked(PlantedConversation(TEAM))[0] == ()
     four = Question.choice("Which team?", ["billing", "technical", "sales", "legal"])
-    shown = tuple(Demonstration(f"ticket {k}", k) for k in range(4))
-    monkeypatch.setattr(decider, "_score_many", planted([0, 1, 2, 2]))
-    assert decider._consistent(four, shown)[0] == shown[:3]
-    monkeypatch.setattr(decider, "_score_many", planted([0, 1, 1, 1]))
-    assert decider._consistent(four, shown)[0] == ()
+    planted(decider, monkeypatch, *[[0, 1, 2, 2]] * rounds)
+    assert [d.option for d in decider._written_and_checked(PlantedConversation(four))[0]] == [0, 1, 2]
+    planted(decider, monkeypatch, *[[0, 1, 1, 1]] * rounds)
+    assert decider._written_and_checked(PlantedConversation(four))[0] == ()
+
+
+def test_rewriting_tells_the_model_how_its_input_was_answered():
+    request = examples.rewriting_request(TEAM, 0, 1)
+    assert 'you wrote for "billing" (money) would be judged "technical"' in request
+    assert examples.rewriting_request(TEAM, 2, None) == examples.writing_request(TEAM, 2)  # it came out empty
 
 
 def test_answers_equal_the_reference_scorer_on_the_series_prompt_tempered_by_its_empty_input(decider):
@@ -206,8 +272,8 @@ def test_threads_asking_a_new_question_at_once_write_its_examples_once(decider, 
     import threading
 
     calls = []
-    write = examples.write
-    monkeypatch.setattr(examples, "write", lambda *a: calls.append(a[2]) or write(*a))
+    write = examples.Conversation.write
+    monkeypatch.setattr(examples.Conversation, "write", lambda self: calls.append(self.q) or write(self))
     threads = [threading.Thread(target=decider.decide, args=(t, [TEAM, REFUND])) for t in TEXTS * 2]
     for t in threads:
         t.start()
