@@ -271,36 +271,40 @@ class Decider:
 
     def _written_and_checked(self, conversation: examples.Conversation) -> tuple[tuple[Demonstration, ...], int]:
         """The examples the model wrote for the conversation's question that it answers as written, and the tokens
-        their checks took. An example answered otherwise is written again (the model told how it was answered), up
-        to examples.REWRITES times; a wrong example (a "false" statement that is true) would teach the wrong answer,
-        and so would a set that leaves out more than one answer (the model maps the inputs of answers it was not
-        shown onto those it was): then none."""
+        their checks took. Each is first asked with the others shown; an example answered otherwise is written
+        again (the model told how it was answered) and asked with the kept ones shown, up to examples.REWRITES
+        times. A wrong example (a "false" statement that is true) would teach the wrong answer, and so would a set
+        that leaves out more than one answer (the model maps the inputs of answers it was not shown onto those it
+        was): then none."""
         q = conversation.q
-        texts = conversation.write()
-        checked = 0
-        for attempt in range(examples.REWRITES + 1):
-            shown = tuple(Demonstration(t, k) for k, t in enumerate(texts) if t)
-            answers, tokens = self._check(q, shown)
-            checked += tokens
-            answered = dict.fromkeys(range(len(texts))) | dict(zip((d.option for d in shown), answers))
-            wrong = [k for k, a in answered.items() if a != k]
-            if not wrong or attempt == examples.REWRITES:
+        written = [Demonstration(t, k) for k, t in enumerate(conversation.write())]
+        answered, checked = self._check(q, [(d, tuple(x for x in written if x is not d and x.input)) for d in written])
+        for _ in range(examples.REWRITES):
+            kept = tuple(d for d, a in zip(written, answered) if examples.as_written(q, d.option, a))
+            again = [(i, d.option) for i, (d, a) in enumerate(zip(written, answered)) if d not in kept]
+            if not again:
                 break
-            for k in wrong:
-                texts[k] = conversation.rewrite(k, answered[k])
-        kept = tuple(d for d, a in zip(shown, answers) if a == d.option)
+            for i, k in again:
+                written[i] = Demonstration(conversation.rewrite(k, answered[i]), k)
+            answers, tokens = self._check(q, [(written[i], kept) for i, _ in again])
+            checked += tokens
+            for (i, _), a in zip(again, answers):
+                answered[i] = a
+        kept = tuple(d for d, a in zip(written, answered) if examples.as_written(q, d.option, a))
         return (kept if len(kept) >= max(2, len(q.options) - 1) else ()), checked
 
-    def _check(self, q: Question, shown: tuple[Demonstration, ...]) -> tuple[list[int], int]:
-        """The model's answer to each example asked with the others shown, and the tokens that took."""
-        if len(shown) < 2:
-            return [], 0
-        asked = [
-            [self.prompts.tokenize_question((Text(d.input),), q, shown[:i] + shown[i + 1 :])]
-            for i, d in enumerate(shown)
-        ]
-        results = self._score_many(asked)
-        return [int(np.argmax(r.log_likelihoods[0])) for r in results], sum(r.computed_tokens for r in results)
+    def _check(
+        self, q: Question, asked: list[tuple[Demonstration, tuple[Demonstration, ...]]]
+    ) -> tuple[list[int | None], int]:
+        """The model's answer to each (example, with these shown) (None for an empty example), and the tokens that
+        took."""
+        todo = [(i, d, shown) for i, (d, shown) in enumerate(asked) if d.input]
+        requests = [[self.prompts.tokenize_question((Text(d.input),), q, shown)] for _, d, shown in todo]
+        results = self._score_many(requests) if requests else []
+        answers: list[int | None] = [None] * len(asked)
+        for (i, _, _), r in zip(todo, results):
+            answers[i] = int(np.argmax(r.log_likelihoods[0]))
+        return answers, sum(r.computed_tokens for r in results)
 
     def _count_writing(self, written: dict[Question, int], ready: list[Prepared], results: list[ScoreResult]) -> None:
         """Writing a question's examples is computed for the first request that asked it."""

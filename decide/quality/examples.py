@@ -52,6 +52,11 @@ def writes_for(q: Question) -> bool:
     return 1 < len(q.options) <= MAX_OPTIONS and not q.attachments
 
 
+def as_written(q: Question, option: int, answered: int | None) -> bool:
+    """Whether the check's answer to the example written for `option` keeps it."""
+    return answered == option
+
+
 def target(q: Question, option: int) -> str:
     o = q.options[option]
     return json_value(o.value) + (f" ({o.description})" if o.description else "")

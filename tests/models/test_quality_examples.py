@@ -68,47 +68,47 @@ def test_each_question_is_written_for_and_checked_once(decider):
         np.testing.assert_allclose(a.probabilities, b.probabilities, atol=1e-4)
 
 
-def reference_answers(decider: Decider, q: Question, shown: list[Demonstration]) -> list[int]:
-    """Each written example asked with the others shown, every candidate its own full forward: the best answer."""
+def reference_answer(decider: Decider, q: Question, d: Demonstration, shown: list[Demonstration]) -> int | None:
+    """The example asked with `shown` shown, every candidate its own full forward: the best answer (None if empty)."""
+    if not d.input:
+        return None
     tok = decider.loaded.tokenizer
-    answers = []
-    for i, d in enumerate(shown):
-        prompt = tuple(tok.encode(render_prompt(tok, (Text(d.input),), q, shown[:i] + shown[i + 1 :])))
-        candidates = tuple(tuple(tok.encode(t)) for t in decider.prompts.candidate_texts(q))
-        lls = score_reference(decider.loaded.model, [TokenizedQuestion(prompt, candidates)]).log_likelihoods[0]
-        answers.append(int(np.argmax(lls)))
-    return answers
+    prompt = tuple(tok.encode(render_prompt(tok, (Text(d.input),), q, shown)))
+    candidates = tuple(tuple(tok.encode(t)) for t in decider.prompts.candidate_texts(q))
+    lls = score_reference(decider.loaded.model, [TokenizedQuestion(prompt, candidates)]).log_likelihoods[0]
+    return int(np.argmax(lls))
 
 
 def reference_examples(decider: Decider, q: Question) -> tuple[Demonstration, ...]:
-    """The conversation written token by token with a full forward each; the examples the reference check answers
-    otherwise written again (told how they were answered), up to REWRITES rounds; kept where answered as written,
-    none unless all options but one keep theirs (and two at least)."""
+    """The conversation written token by token with a full forward each; each example asked with the others shown;
+    for up to REWRITES rounds, those answered otherwise written again (told how they were answered), each asked with
+    the kept ones shown; kept where answered as written, none unless all options but one keep theirs (two at
+    least)."""
     tok = decider.loaded.tokenizer
     stops = examples.writing_stops(tok, stop_markers(tok))
     chat: list[dict] = []
     firsts: dict[int, set[int]] = {k: set() for k in range(len(q.options))}
 
-    def ask(k: int, request: str) -> str:
+    def ask(k: int, request: str) -> Demonstration:
         prompt = tok.encode(examples.writing_prompt(tok, chat, request))
         ids = greedy_reference(decider.loaded.model, prompt, stops, examples.MAX_TOKENS, firsts[k])
         firsts[k].update(ids[:1])
         text = examples.cleaned(tok.decode(ids))
         chat.extend([{"role": "user", "content": request}, {"role": "assistant", "content": text}])
-        return text
+        return Demonstration(text, k)
 
-    texts = [ask(k, examples.writing_request(q, k)) for k in range(len(q.options))]
-    for attempt in range(examples.REWRITES + 1):
-        shown = [Demonstration(t, k) for k, t in enumerate(texts) if t]
-        answers = reference_answers(decider, q, shown) if len(shown) > 1 else []
-        answered = {k: None for k in range(len(texts))} | {d.option: a for d, a in zip(shown, answers)}
-        wrong = [k for k, a in answered.items() if a != k]
-        if not wrong or attempt == examples.REWRITES:
-            break
-        for k in wrong:
-            texts[k] = ask(k, examples.rewriting_request(q, k, answered[k]))
-    kept = tuple(d for d, a in zip(shown, answers) if a == d.option)
-    return kept if len(kept) >= max(2, len(q.options) - 1) else ()
+    written = [ask(k, examples.writing_request(q, k)) for k in range(len(q.options))]
+    answered = [reference_answer(decider, q, d, [x for x in written if x != d and x.input]) for d in written]
+    for _ in range(examples.REWRITES):
+        kept = [d for d, a in zip(written, answered) if a == d.option]
+        for k, a in enumerate(list(answered)):
+            if a != k:
+                written[k] = ask(k, examples.rewriting_request(q, k, a))
+        for k, a in enumerate(list(answered)):
+            if a != k:
+                answered[k] = reference_answer(decider, q, written[k], kept)
+    kept = [d for d, a in zip(written, answered) if a == d.option]
+    return tuple(kept) if len(kept) >= max(2, len(q.options) - 1) else ()
 
 
 @pytest.mark.parametrize("q", [TEAM, REFUND], ids=["choice", "predicate"])
@@ -140,23 +140,26 @@ def planted(decider, monkeypatch, *rounds: list[int]) -> None:
 
     def score_many(requests):
         k = len(requests[0][0].candidates)
-        return [ScoreResult([np.eye(k)[a] * 5], [None]) for a in next(answers)][: len(requests)]
+        given = next(answers)
+        assert len(given) == len(requests)
+        return [ScoreResult([np.eye(k)[a] * 5], [None]) for a in given]
 
     monkeypatch.setattr(decider, "_score_many", score_many)
 
 
-def test_the_check_asks_each_example_with_the_others_shown(decider, monkeypatch):
+def test_the_check_asks_each_example_with_the_examples_given(decider, monkeypatch):
     shown = tuple(Demonstration(f"ticket {k}", k) for k in range(3))
     asked = []
-    monkeypatch.setattr(decider, "_score_many", lambda r: asked.extend(r) or [ScoreResult([np.eye(3)[2]], [None])] * 3)
-    assert decider._check(TEAM, shown)[0] == [2, 2, 2]
+    monkeypatch.setattr(decider, "_score_many", lambda r: asked.extend(r) or [ScoreResult([np.eye(3)[2]], [None])] * 2)
+    empty = Demonstration("", 1)
+    assert decider._check(TEAM, [(shown[1], (shown[0], shown[2])), (empty, shown), (shown[0], ())])[0] == [2, None, 2]
     tok = decider.loaded.tokenizer
-    want = tok.encode(render_prompt(tok, (Text("ticket 1"),), TEAM, (shown[0], shown[2])))
-    assert list(asked[1][0].prompt) == want
+    assert list(asked[0][0].prompt) == tok.encode(render_prompt(tok, (Text("ticket 1"),), TEAM, (shown[0], shown[2])))
+    assert list(asked[1][0].prompt) == tok.encode(render_prompt(tok, (Text("ticket 0"),), TEAM))
 
 
 def test_an_example_answered_otherwise_is_written_again_with_how_it_was_answered(decider, monkeypatch):
-    planted(decider, monkeypatch, [0, 2, 2], [0, 1, 2])
+    planted(decider, monkeypatch, [0, 2, 2], [1])
     conversation = PlantedConversation(TEAM)
     kept, _ = decider._written_and_checked(conversation)
     assert conversation.told == [(1, 2)]
@@ -164,20 +167,25 @@ def test_an_example_answered_otherwise_is_written_again_with_how_it_was_answered
 
 
 def test_the_check_keeps_what_the_model_answers_as_written_unless_two_answers_lose_theirs(decider, monkeypatch):
-    """After REWRITES rounds, the rule on planted answers (a random model answers almost everything alike)."""
-    rounds = examples.REWRITES + 1
-    planted(decider, monkeypatch, *[[0, 2, 2]] * rounds)
+    """After REWRITES rounds, the rule on planted answers (a random model answers almost everything alike); an
+    example kept once stays kept."""
+    rewrites = examples.REWRITES
+    planted(decider, monkeypatch, [0, 2, 2], *[[2]] * rewrites)
     conversation = PlantedConversation(TEAM)
     kept, _ = decider._written_and_checked(conversation)
-    assert conversation.told == [(1, 2)] * (rounds - 1)
+    assert conversation.told == [(1, 2)] * rewrites
     assert [d.option for d in kept] == [0, 2]
-    planted(decider, monkeypatch, *[[1, 1, 1]] * rounds)
+    planted(decider, monkeypatch, [1, 1, 1], *[[1, 1]] * rewrites)
     assert decider._written_and_checked(PlantedConversation(TEAM))[0] == ()
     four = Question.choice("Which team?", ["billing", "technical", "sales", "legal"])
-    planted(decider, monkeypatch, *[[0, 1, 2, 2]] * rounds)
+    planted(decider, monkeypatch, [0, 1, 2, 2], *[[2]] * rewrites)
     assert [d.option for d in decider._written_and_checked(PlantedConversation(four))[0]] == [0, 1, 2]
-    planted(decider, monkeypatch, *[[0, 1, 1, 1]] * rounds)
+    planted(decider, monkeypatch, [0, 1, 1, 1], *[[1, 1]] * rewrites)
     assert decider._written_and_checked(PlantedConversation(four))[0] == ()
+    planted(decider, monkeypatch, [3, 1, 1, 1], [0, 2, 0], *[[2]] * (rewrites - 1))  # 0 and 2 join, 3 never
+    conversation = PlantedConversation(four)
+    assert [d.option for d in decider._written_and_checked(conversation)[0]] == [0, 1, 2]
+    assert conversation.told[:4] == [(0, 3), (2, 1), (3, 1), (3, 0)] and len(conversation.told) == 2 + rewrites
 
 
 def test_rewriting_tells_the_model_how_its_input_was_answered():
