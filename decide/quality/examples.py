@@ -7,10 +7,12 @@ et al. 2023): once per distinct question, before its first answer, it is asked i
 for a typical input whose right answer is each option in turn, each different from those it wrote
 before (greedy, so the same question always gets the same examples). A small model also writes
 wrong examples (a "false" statement that is true), which would teach the wrong answer, so each is
-then asked with the others shown and kept only if the model answers it as written. Unless all
-answers but one keep their example, none is shown: a set that leaves out more answers teaches the
-model not to use them (measured: TREC's `human` questions went to `entity` when only `description`
-and `number` were shown; decide.core.Decider._consistent). The question is then asked as the
+then asked with the others shown and kept only if the model answers it as written. One answered
+otherwise is written again, the model told how it was answered, and kept if answered as written
+with the kept ones shown (REWRITES rounds). Unless all answers but one keep their example, none is
+shown: a set that leaves out more answers teaches the model not to use them (measured: TREC's
+`human` questions went to `entity` when only `description` and `number` were shown;
+decide.core.Decider._written_and_checked). The question is then asked as the
 series of decide/prompts.py with the kept examples answered. The examples and the question block
 sit before the input, so the prefix cache keeps them: a later request computes its input and the
 candidates only.
@@ -53,8 +55,12 @@ def writes_for(q: Question) -> bool:
 
 
 def as_written(q: Question, option: int, answered: int | None) -> bool:
-    """Whether the check's answer to the example written for `option` keeps it."""
-    return answered == option
+    """Whether the check's answer to the example written for `option` keeps it. On an ordered scale a neighbouring
+    level is a matter of degree, not a wrong example: kept, its level the one the writer meant (measured: exact
+    levels only left SST-5's `bad` without an example, and its reviews went to `terrible`)."""
+    if answered is None:
+        return False
+    return answered == option or (q.kind == "score" and abs(answered - option) == 1)
 
 
 def target(q: Question, option: int) -> str:

@@ -288,3 +288,14 @@ def test_threads_asking_a_new_question_at_once_write_its_examples_once(decider, 
     for t in threads:
         t.join()
     assert sorted(calls, key=str) == sorted([TEAM, REFUND], key=str)
+
+
+def test_on_an_ordered_scale_an_example_answered_a_neighbouring_level_is_kept(decider, monkeypatch):
+    scale = Question.score("How urgent is it?", ["low", "medium", "high", "critical"])
+    assert examples.as_written(scale, 1, 0) and examples.as_written(scale, 1, 2) and examples.as_written(scale, 1, 1)
+    assert not examples.as_written(scale, 0, 2) and not examples.as_written(scale, 1, None)
+    assert not examples.as_written(TEAM, 0, 1)  # options without an order: only the option itself
+    planted(decider, monkeypatch, [1, 0, 1, 1], *[[1]] * examples.REWRITES)
+    conversation = PlantedConversation(scale)
+    assert [d.option for d in decider._written_and_checked(conversation)[0]] == [0, 1, 2]
+    assert conversation.told == [(3, 1)] * examples.REWRITES
