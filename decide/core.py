@@ -275,23 +275,25 @@ class Decider:
         again (the model told how it was answered) and asked with the kept ones shown, up to examples.REWRITES
         times. A wrong example (a "false" statement that is true) would teach the wrong answer, and so would a set
         that leaves out more than one answer (the model maps the inputs of answers it was not shown onto those it
-        was): then none."""
+        was): then none. Examples are in the order written (examples.Conversation.write)."""
         q = conversation.q
-        written = [Demonstration(t, k) for k, t in enumerate(conversation.write())]
+        written = conversation.write()
         answered, checked = self._check(q, [(d, tuple(x for x in written if x is not d and x.input)) for d in written])
         for _ in range(examples.REWRITES):
             kept = tuple(d for d, a in zip(written, answered) if examples.as_written(q, d.option, a))
-            again = [(i, d.option) for i, (d, a) in enumerate(zip(written, answered)) if d not in kept]
+            again = [i for i, (d, a) in enumerate(zip(written, answered)) if not examples.as_written(q, d.option, a)]
             if not again:
                 break
-            for i, k in again:
+            for i in again:
+                k = written[i].option
                 written[i] = Demonstration(conversation.rewrite(k, answered[i]), k)
-            answers, tokens = self._check(q, [(written[i], kept) for i, _ in again])
+            answers, tokens = self._check(q, [(written[i], kept) for i in again])
             checked += tokens
-            for (i, _), a in zip(again, answers):
+            for i, a in zip(again, answers):
                 answered[i] = a
         kept = tuple(d for d, a in zip(written, answered) if examples.as_written(q, d.option, a))
-        return (kept if len(kept) >= max(2, len(q.options) - 1) else ()), checked
+        covered = len({d.option for d in kept})
+        return (kept if covered >= max(2, len(q.options) - 1) else ()), checked
 
     def _check(
         self, q: Question, asked: list[tuple[Demonstration, tuple[Demonstration, ...]]]

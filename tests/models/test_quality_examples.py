@@ -97,24 +97,27 @@ def reference_examples(decider: Decider, q: Question) -> tuple[Demonstration, ..
         chat.extend([{"role": "user", "content": request}, {"role": "assistant", "content": text}])
         return Demonstration(text, k)
 
-    written = [ask(k, examples.writing_request(q, k)) for k in range(len(q.options))]
-    answered = [reference_answer(decider, q, d, [x for x in written if x != d and x.input]) for d in written]
+    n = len(q.options)
+    again = [examples.NEXT.format(target=examples.target(q, k)) for k in range(n)] * (examples.per_option(q) - 1)
+    requests = [examples.writing_request(q, k) for k in range(n)] + again
+    written = [ask(i % n, r) for i, r in enumerate(requests)]
+    answered = [reference_answer(decider, q, d, [x for x in written if x is not d and x.input]) for d in written]
     for _ in range(examples.REWRITES):
         kept = [d for d, a in zip(written, answered) if a == d.option]
-        for k, a in enumerate(list(answered)):
-            if a != k:
-                written[k] = ask(k, examples.rewriting_request(q, k, a))
-        for k, a in enumerate(list(answered)):
-            if a != k:
-                answered[k] = reference_answer(decider, q, written[k], kept)
+        wrong = [i for i, (d, a) in enumerate(zip(written, answered)) if a != d.option]
+        for i in wrong:
+            written[i] = ask(written[i].option, examples.rewriting_request(q, written[i].option, answered[i]))
+        for i in wrong:
+            answered[i] = reference_answer(decider, q, written[i], kept)
     kept = [d for d, a in zip(written, answered) if a == d.option]
-    return tuple(kept) if len(kept) >= max(2, len(q.options) - 1) else ()
+    return tuple(kept) if len({d.option for d in kept}) >= max(2, n - 1) else ()
 
 
 @pytest.mark.parametrize("q", [TEAM, REFUND], ids=["choice", "predicate"])
 def test_the_examples_are_the_models_greedy_replies_in_one_conversation_that_it_answers_as_written(decider, q):
     decider.decide(TEXTS[0], [q])
     assert decider.calibrator.demonstrations(q) == reference_examples(decider, q)
+    assert examples.per_option(q) == (2 if q is REFUND else 1)
 
 
 class PlantedConversation:
@@ -125,8 +128,8 @@ class PlantedConversation:
         self.told: list[tuple[int, int | None]] = []
         self.texts = [f"ticket {k}" for k in range(len(q.options))]
 
-    def write(self) -> list[str]:
-        return list(self.texts)
+    def write(self) -> list[Demonstration]:
+        return [Demonstration(t, k) for k, t in enumerate(self.texts)]
 
     def rewrite(self, option: int, answered: int | None) -> str:
         self.told.append((option, answered))
