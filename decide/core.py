@@ -280,8 +280,9 @@ class Decider:
         written = conversation.write()
         answered, checked = self._check(q, [(d, tuple(x for x in written if x is not d and x.input)) for d in written])
         for _ in range(examples.REWRITES):
-            kept = tuple(d for d, a in zip(written, answered) if examples.as_written(q, d.option, a))
-            again = [i for i, (d, a) in enumerate(zip(written, answered)) if not examples.as_written(q, d.option, a)]
+            keeps = [examples.as_written(q, d.option, a) for d, a in zip(written, answered)]
+            kept = tuple(d for d, keep in zip(written, keeps) if keep)
+            again = [i for i, keep in enumerate(keeps) if not keep]
             if not again:
                 break
             for i in again:
