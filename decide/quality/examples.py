@@ -5,8 +5,8 @@ review's `true` is a habit). Shown labelled examples, it reads them as the quest
 without labels, the model can write the examples itself (Self-ICL, Chen et al. 2023; Z-ICL, Lyu
 et al. 2023): once per distinct question, before its first answer, it is asked in one conversation
 for a typical input whose right answer is each option in turn, each different from those it wrote
-before (greedy, so the same question always gets the same examples); a yes/no question goes round
-twice (per_option). A small model also writes
+before (greedy, so the same question always gets the same examples), going round the options ROUNDS
+times; an input that repeats an earlier one counts as not written. A small model also writes
 wrong examples (a "false" statement that is true), which would teach the wrong answer, so each is
 then asked with the others shown and kept only if the model answers it as written. One answered
 otherwise is written again, the model told how it was answered, and kept if answered as written
@@ -23,6 +23,8 @@ Written for questions of 2 to MAX_OPTIONS options without attachments; others ar
 
 from __future__ import annotations
 
+import re
+
 from ..prompts import ChatTokenizer, Demonstration, json_value, option_line
 from ..request import Question
 from ..scoring.generate import GreedyWriter
@@ -30,6 +32,7 @@ from ..scoring.generate import GreedyWriter
 MAX_OPTIONS = 12  # a longer option list costs one written input per option: asked plainly instead
 MAX_TOKENS = 64  # per written input
 REWRITES = 2  # rounds of writing again the inputs the model answers otherwise
+ROUNDS = 2  # inputs written per option, one round of the options after another (README: +2 points on 9 wordings)
 FIRST = (
     "Inputs are judged by this question:\n"
     "Question: {instructions}\n"
@@ -49,16 +52,14 @@ REWRITE = (
 )
 REPLY_START = "Here is one:\n\n"  # each reply begun, so that it starts with the input, not a refusal
 QUOTES = "\"'`\u201c"
+CLOSING = {"\u201c": "\u201d"}  # other quotes close with themselves
+# a leading one-word label ("Question:", "**Input:**") or markdown emphasis around the whole text: not part of the input
+LABEL = re.compile(r"^(\*\*|__)?[A-Z][a-z]+:(\*\*|__)?\s+")
+EMPHASIS = ("**", "__", "*", "_")
 
 
 def writes_for(q: Question) -> bool:
     return 1 < len(q.options) <= MAX_OPTIONS and not q.attachments
-
-
-def per_option(q: Question) -> int:
-    """Inputs written per option: two for a yes/no question (measured on SST-2's three wordings: +1.3 to +5.4
-    points over one each), else one (six options already take half a minute to write)."""
-    return 2 if len(q.options) == 2 else 1
 
 
 def as_written(q: Question, option: int, answered: int | None) -> bool:
@@ -93,11 +94,20 @@ def rewriting_request(q: Question, option: int, answered: int | None) -> str:
 
 
 def cleaned(text: str) -> str:
-    """The written input: its first paragraph, without enclosing quotes or blanks."""
-    text = text.strip().split("\n\n")[0].strip()
-    if text and text[0] in QUOTES:
-        text = text[1:-1] if text[-1:] == text[0] and len(text) > 1 else text[1:]
+    """The written input: its first paragraph, without a leading label, enclosing emphasis, quotes or blanks."""
+    text = LABEL.sub("", text.strip().split("\n\n")[0].strip())
+    for mark in EMPHASIS:
+        if len(text) > 2 * len(mark) and text.startswith(mark) and text.endswith(mark):
+            text = text[len(mark) : -len(mark)].strip()
+            break
+    if text and text[0] in QUOTES:  # to its closing quote at a line's end: an explanation may follow on the next line
+        closing = re.search(re.escape(CLOSING.get(text[0], text[0])) + r"[ \t]*(\n|$)", text[1:])
+        text = text[1 : 1 + closing.start()] if closing else text[1:]
     return text.strip()
+
+
+def same_text(a: str, b: str) -> bool:
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
 
 
 def writing_prompt(tokenizer: ChatTokenizer, chat: list[dict], request: str) -> str:
@@ -115,10 +125,10 @@ class Conversation:
         self.first_tokens: dict[int, set[int]] = {}  # by option: the first token of each input written for it
 
     def write(self) -> list[Demonstration]:
-        """per_option(q) inputs per option: one for each option in option order, then again (empty where the text
-        came out empty)."""
+        """ROUNDS inputs per option: one for each option in option order, then again (empty where the text came out
+        empty or repeats an earlier one)."""
         n = len(self.q.options)
-        again = [NEXT.format(target=target(self.q, k)) for k in range(n)] * (per_option(self.q) - 1)
+        again = [NEXT.format(target=target(self.q, k)) for k in range(n)] * (ROUNDS - 1)
         requests = [writing_request(self.q, k) for k in range(n)] + again
         return [Demonstration(self._ask(i % n, r), i % n) for i, r in enumerate(requests)]
 
@@ -135,8 +145,9 @@ class Conversation:
         )
         firsts.update(ids[:1])
         text = cleaned(self.tokenizer.decode(ids))
+        repeated = any(same_text(text, turn["content"]) for turn in self.chat if turn["role"] == "assistant")
         self.chat += [{"role": "user", "content": request}, {"role": "assistant", "content": text}]
-        return text
+        return "" if repeated else text
 
 
 def writing_stops(tokenizer, stop_markers: list[str]) -> list[int]:

@@ -94,11 +94,12 @@ def reference_examples(decider: Decider, q: Question) -> tuple[Demonstration, ..
         ids = greedy_reference(decider.loaded.model, prompt, stops, examples.MAX_TOKENS, firsts[k])
         firsts[k].update(ids[:1])
         text = examples.cleaned(tok.decode(ids))
+        repeated = any(" ".join(text.lower().split()) == " ".join(t["content"].lower().split()) for t in chat[1::2])
         chat.extend([{"role": "user", "content": request}, {"role": "assistant", "content": text}])
-        return Demonstration(text, k)
+        return Demonstration("" if repeated else text, k)
 
     n = len(q.options)
-    again = [examples.NEXT.format(target=examples.target(q, k)) for k in range(n)] * (examples.per_option(q) - 1)
+    again = [examples.NEXT.format(target=examples.target(q, k)) for k in range(n)] * (examples.ROUNDS - 1)
     requests = [examples.writing_request(q, k) for k in range(n)] + again
     written = [ask(i % n, r) for i, r in enumerate(requests)]
     answered = [reference_answer(decider, q, d, [x for x in written if x is not d and x.input]) for d in written]
@@ -114,10 +115,12 @@ def reference_examples(decider: Decider, q: Question) -> tuple[Demonstration, ..
 
 
 @pytest.mark.parametrize("q", [TEAM, REFUND], ids=["choice", "predicate"])
-def test_the_examples_are_the_models_greedy_replies_in_one_conversation_that_it_answers_as_written(decider, q):
+def test_the_examples_are_the_models_greedy_replies_in_one_conversation_that_it_answers_as_written(
+    decider, q, monkeypatch
+):
+    monkeypatch.setattr(examples, "MAX_TOKENS", 12)  # a random model never stops: the reference's cost is the length
     decider.decide(TEXTS[0], [q])
     assert decider.calibrator.demonstrations(q) == reference_examples(decider, q)
-    assert examples.per_option(q) == (2 if q is REFUND else 1)
 
 
 class PlantedConversation:
@@ -246,6 +249,45 @@ def test_cleaning_keeps_the_first_paragraph_without_enclosing_quotes():
     assert examples.cleaned("'It broke.'") == "It broke."
     assert examples.cleaned('"Who wrote Hamlet?') == "Who wrote Hamlet?"
     assert examples.cleaned("\n\n") == ""
+
+
+def test_cleaning_drops_a_leading_label_and_enclosing_emphasis():
+    assert examples.cleaned("**Question:** What is the capital of France?") == "What is the capital of France?"
+    assert examples.cleaned("Input: It broke again.") == "It broke again."
+    assert examples.cleaned('**"What does NASA stand for?"**') == "What does NASA stand for?"
+    assert examples.cleaned("*Refund my order.*") == "Refund my order."
+    assert examples.cleaned("The fix: restart it.") == "The fix: restart it."  # a label is one word, first
+    explained = "\"Who is the author of 'Emma'? \"\nThis input clearly asks for a person."
+    assert examples.cleaned(explained) == "Who is the author of 'Emma'?"
+    assert examples.cleaned("\u201cIt broke.\u201d") == "It broke."
+
+
+class ScriptedWriter:
+    """Replies with the next of `texts`, as GreedyWriter.continue_from would with the model's tokens."""
+
+    def __init__(self, tokenizer, texts: list[str]) -> None:
+        self.tokenizer, self.texts, self.prompts = tokenizer, iter(texts), []
+
+    def continue_from(self, tokens, finished, not_first=()) -> list[int]:
+        self.prompts.append(list(tokens))
+        return self.tokenizer.encode(next(self.texts))
+
+
+def test_an_input_the_conversation_wrote_before_comes_out_empty_and_is_written_again(decider):
+    """A small model told to write "different from the inputs above" can write the same text again (SST-5: two
+    levels with one review): an example of two answers teaches neither."""
+    tok = decider.loaded.tokenizer
+    texts = ["Refund my order.", "It crashes.", "Input: refund my  order.", "Buy seats."]
+    conversation = examples.Conversation(tok, ScriptedWriter(tok, texts), REFUND)
+    assert conversation.write() == [
+        Demonstration("Refund my order.", 0),
+        Demonstration("It crashes.", 1),
+        Demonstration("", 0),
+        Demonstration("Buy seats.", 1),
+    ]
+    assert conversation.chat[5]["content"] == "refund my  order."  # the model sees what it wrote
+    again = examples.Conversation(tok, ScriptedWriter(tok, ["It crashes.", "It crashes."]), REFUND)
+    assert again.rewrite(1, 0) == "It crashes." and again.rewrite(1, 0) == ""
 
 
 def test_written_examples_do_not_replace_a_profiles_demonstrations(decider):
