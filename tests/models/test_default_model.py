@@ -106,8 +106,8 @@ def test_an_obvious_no_gets_p_true_below_one_half(p_true):
 
 
 def test_with_written_examples_the_obvious_answers_stay_right(qwen):
-    """`examples`: the model writes and checks an example per answer, then answers after them (one written example per
-    option, two for the yes/no, here: minutes in float32, so only two questions)."""
+    """`examples`: the model writes and checks two examples per answer, then answers after them (minutes in float32,
+    so only two questions)."""
     decider = Decider(qwen, DeciderOptions(calibration="examples"))
     team = Question.choice("Which team should handle this ticket?", TEAMS)
     for expected, ticket in TICKETS.items():
