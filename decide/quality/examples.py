@@ -29,10 +29,10 @@ from ..prompts import ChatTokenizer, Demonstration, json_value, option_line
 from ..request import Question
 from ..scoring.generate import GreedyWriter
 
-MAX_OPTIONS = 12  # a longer option list costs one written input per option: asked plainly instead
+MAX_OPTIONS = 12  # a longer option list costs ROUNDS written inputs per option: asked plainly instead
 MAX_TOKENS = 64  # per written input
 REWRITES = 2  # rounds of writing again the inputs the model answers otherwise
-ROUNDS = 2  # inputs written per option, one round of the options after another (README: +2 points on 9 wordings)
+ROUNDS = 2  # inputs written per option, one round of the options after another (README: +1.7 points, 9 wordings)
 FIRST = (
     "Inputs are judged by this question:\n"
     "Question: {instructions}\n"
