@@ -72,8 +72,13 @@ def as_written(q: Question, option: int, answered: int | None) -> bool:
 
 
 def target(q: Question, option: int) -> str:
+    """How the writing requests name an option; a scale's level also by its place, which a bare level ("2") does not
+    say (measured: SST-5 over 1 … 5, 0.327 → 0.360)."""
     o = q.options[option]
-    return json_value(o.value) + (f" ({o.description})" if o.description else "")
+    text = json_value(o.value) + (f" ({o.description})" if o.description else "")
+    if q.kind == "score":
+        text += f" (level {option + 1} of {len(q.options)}, counted from the lowest)"
+    return text
 
 
 def writing_request(q: Question, option: int) -> str:

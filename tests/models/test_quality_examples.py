@@ -198,6 +198,8 @@ def test_rewriting_tells_the_model_how_its_input_was_answered():
     request = examples.rewriting_request(TEAM, 0, 1)
     assert 'you wrote for "billing" (money) would be judged "technical"' in request
     assert examples.rewriting_request(TEAM, 2, None) == examples.writing_request(TEAM, 2)  # it came out empty
+    stars = Question.score("How much did they like it?", ["1", "2", "3"])
+    assert 'clearly "2" (level 2 of 3, counted from the lowest)' in examples.writing_request(stars, 1)
 
 
 def test_answers_equal_the_reference_scorer_on_the_series_prompt_tempered_by_its_empty_input(decider):
