@@ -268,10 +268,9 @@ class ScriptedWriter:
     """Replies with the next of `texts`, as GreedyWriter.continue_from would with the model's tokens."""
 
     def __init__(self, tokenizer, texts: list[str]) -> None:
-        self.tokenizer, self.texts, self.prompts = tokenizer, iter(texts), []
+        self.tokenizer, self.texts = tokenizer, iter(texts)
 
     def continue_from(self, tokens, finished, not_first=()) -> list[int]:
-        self.prompts.append(list(tokens))
         return self.tokenizer.encode(next(self.texts))
 
 
