@@ -16,7 +16,7 @@ import copy
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -51,6 +51,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("decide")
+Written = tuple[tuple[Demonstration, ...], int]  # examples kept, tokens writing and checking them took
 
 ScorerName = Literal["auto", "reference", "prompt_once", "trie"]
 
@@ -104,6 +105,7 @@ class Decider:
             self.options.profile.check_model(self.loaded)
         self.calibrator = calibration.Calibrator(self.options.calibration, self.options.profile)
         self._lock = threading.Lock()
+        self._writing: dict[Question, Iterator[None]] = {}  # examples being written a step at a time
 
     def _demonstrations(self, q: Question):
         return self.calibrator.demonstrations(q)
@@ -214,13 +216,17 @@ class Decider:
         """The demonstrations each question of `request` is asked after, now."""
         return tuple(self._demonstrations(q) for q in request.questions)
 
-    def decide_batch(self, requests: Sequence[DecisionRequest | Prepared]) -> list[Decision | DecideError]:
+    def decide_batch(
+        self, requests: Sequence[DecisionRequest | Prepared], *, write_examples: bool = True
+    ) -> list[Decision | DecideError]:
         """Answer several requests in one scoring run: the trie engine merges their forests into shared passes.
 
         Each request's answers equal `decide(request)`'s; a request that cannot run (images on a
         text model, too long) gets its typed error in its slot and does not stop the others.
+        `write_examples=False`: questions whose examples are not written yet are asked without them (a server
+        writes them between requests: `write_examples_step`) instead of after writing them now.
         """
-        written = self._write_examples(requests)
+        written = self._write_examples(requests) if write_examples else {}
         slots: list[Prepared | DecideError] = [self._try_prepare(r) for r in requests]
         ready = [p for p in slots if isinstance(p, Prepared)]
         priors = self._prior_jobs(ready)
@@ -254,31 +260,64 @@ class Decider:
 
     def _write_examples(self, requests: Sequence[DecisionRequest | Prepared]) -> dict[Question, int]:
         """Write the examples the calibration shows and has not written yet (quality/examples.py): tokens by question."""
-        todo = self.calibrator.unwritten([q for r in requests for q in _request(r).questions])
+        todo = self.unwritten_examples([q for r in requests for q in _request(r).questions])
         if not todo:
             return {}
-        tokenizer = self.loaded.tokenizer
-        stops = examples.writing_stops(tokenizer, stop_markers(tokenizer))
         written = {}
         with self._lock:
             for q in self.calibrator.unwritten(todo):  # again: another thread may have written them meanwhile
-                # each question its own conversation, so that its examples do not depend on the others
-                writer = GreedyWriter(self.loaded.model, stops, examples.MAX_TOKENS)
-                kept, checked = self._written_and_checked(examples.Conversation(tokenizer, writer, q))
+                steps = self._writing.pop(q, None) or self._written_and_checked(self._conversation(q))
+                kept, written[q] = finish(steps)
                 self.calibrator.learn_examples(q, kept)
-                written[q] = writer.computed + checked
         return written
 
-    def _written_and_checked(self, conversation: examples.Conversation) -> tuple[tuple[Demonstration, ...], int]:
+    def unwritten_examples(self, questions: Sequence[Question]) -> list[Question]:
+        """The distinct `questions` whose examples the calibration shows and has not written yet."""
+        return self.calibrator.unwritten(questions)
+
+    def write_examples_step(self, questions: Sequence[Question] = ()) -> bool:
+        """One step (a model call: a written token, or a check) of the writing of the first of `questions` whose
+        examples are not written yet (none given: of any question whose writing has begun); whether writing is
+        left for them. A server calls this between requests, so that a new question's first requests need not
+        wait minutes for its examples."""
+        with self._lock:
+            todo = self.calibrator.unwritten(questions) if questions else list(self._writing)
+            if not todo:
+                return False
+            q = todo[0]
+            steps = self._writing.setdefault(q, self._written_and_checked(self._conversation(q)))
+            try:
+                done = next(steps)
+            except Exception:
+                self._stop_writing(q, ())  # asked plainly from now on, rather than written again on every request
+                raise
+            if done is not None:
+                self._stop_writing(q, done[0])
+            return len(todo) > 1 or q in self._writing
+
+    def _stop_writing(self, q: Question, kept: tuple[Demonstration, ...]) -> None:
+        del self._writing[q]
+        self.calibrator.learn_examples(q, kept)
+
+    def _conversation(self, q: Question) -> examples.Conversation:
+        tokenizer = self.loaded.tokenizer
+        stops = examples.writing_stops(tokenizer, stop_markers(tokenizer))
+        return examples.Conversation(tokenizer, GreedyWriter(self.loaded.model, stops, examples.MAX_TOKENS), q)
+
+    def _written_and_checked(self, conversation: examples.Conversation) -> Iterator[Written | None]:
         """The examples the model wrote for the conversation's question that it answers as written, and the tokens
-        their checks took. Each is first asked with the others shown; an example answered otherwise is written
-        again (the model told how it was answered) and asked with the kept ones shown, up to examples.REWRITES
-        times. A wrong example (a "false" statement that is true) would teach the wrong answer, and so would a set
-        that leaves out more than one answer (the model maps the inputs of answers it was not shown onto those it
-        was): then none. Examples are in the order written (examples.Conversation.write)."""
+        writing and checking took, yielded last; before that, None after each model call (a step). Each is first
+        asked with the others shown; an example answered otherwise is written again (the model told how it was
+        answered) and asked with the kept ones shown, up to examples.REWRITES times. A wrong example (a "false"
+        statement that is true) would teach the wrong answer, and so would a set that leaves out more than one
+        answer (the model maps the inputs of answers it was not shown onto those it was): then none. Examples are
+        in the order written (examples.Conversation.requests)."""
         q = conversation.q
-        written = conversation.write()
-        answered, checked = self._check(q, [(d, tuple(x for x in written if x is not d and x.input)) for d in written])
+        written = []
+        for option, request in conversation.requests():
+            written.append(Demonstration((yield from conversation.ask(option, request)), option))
+        asked = [(d, tuple(x for x in written if x is not d and x.input)) for d in written]
+        answered, checked = yield from self._check(q, asked)
         for _ in range(examples.REWRITES):
             keeps = [examples.as_written(q, d.option, a) for d, a in zip(written, answered)]
             kept = tuple(d for d, keep in zip(written, keeps) if keep)
@@ -287,27 +326,29 @@ class Decider:
                 break
             for i in again:
                 k = written[i].option
-                written[i] = Demonstration(conversation.rewrite(k, answered[i]), k)
-            answers, tokens = self._check(q, [(written[i], kept) for i in again])
+                written[i] = Demonstration((yield from conversation.rewrite(k, answered[i])), k)
+            answers, tokens = yield from self._check(q, [(written[i], kept) for i in again])
             checked += tokens
             for i, a in zip(again, answers):
                 answered[i] = a
         kept = tuple(d for d, a in zip(written, answered) if examples.as_written(q, d.option, a))
         covered = len({d.option for d in kept})
-        return (kept if covered >= max(2, len(q.options) - 1) else ()), checked
+        yield (kept if covered >= max(2, len(q.options) - 1) else ()), conversation.writer.computed + checked
 
     def _check(
         self, q: Question, asked: list[tuple[Demonstration, tuple[Demonstration, ...]]]
-    ) -> tuple[list[int | None], int]:
-        """The model's answer to each (example, with these shown) (None for an empty example), and the tokens that
-        took."""
-        todo = [(i, d, shown) for i, (d, shown) in enumerate(asked) if d.input]
-        requests = [[self.prompts.tokenize_question((Text(d.input),), q, shown)] for _, d, shown in todo]
-        results = self._score_many(requests) if requests else []
+    ) -> Generator[None, None, tuple[list[int | None], int]]:
+        """Returns the model's answer to each (example, with these shown) (None for an empty example), and the
+        tokens that took; yields after each (a model call, a step)."""
         answers: list[int | None] = [None] * len(asked)
-        for (i, _, _), r in zip(todo, results):
-            answers[i] = int(np.argmax(r.log_likelihoods[0]))
-        return answers, sum(r.computed_tokens for r in results)
+        tokens = 0
+        for i, (d, shown) in enumerate(asked):
+            if d.input:
+                [result] = self._score_many([[self.prompts.tokenize_question((Text(d.input),), q, shown)]])
+                answers[i] = int(np.argmax(result.log_likelihoods[0]))
+                tokens += result.computed_tokens
+                yield None
+        return answers, tokens
 
     def _count_writing(self, written: dict[Question, int], ready: list[Prepared], results: list[ScoreResult]) -> None:
         """Writing a question's examples is computed for the first request that asked it."""
@@ -417,3 +458,8 @@ def stop_markers(tokenizer) -> list[str]:
     """Strings that end an assistant turn: the EOS token and the tokenizer's special tokens."""
     specials = list(getattr(tokenizer, "special_tokens", []) or [])
     return [tokenizer.eos_token, *[s for s in specials if s != tokenizer.eos_token]]
+
+
+def finish(steps: Iterator[Written | None]) -> Written:
+    """Run a writing's remaining steps; what it yields last."""
+    return next(done for done in steps if done is not None)

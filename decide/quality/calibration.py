@@ -126,6 +126,10 @@ class PriorCache:
             while len(self._priors) > self.size:
                 self._priors.popitem(last=False)
 
+    def drop(self, method: str, question: Question) -> None:
+        with self._lock:
+            self._priors.pop((method, question), None)
+
     def __len__(self) -> int:
         return len(self._priors)
 
@@ -169,7 +173,9 @@ class Calibrator:
         return [q for q in dict.fromkeys(todo) if self.priors.get(EXAMPLES, q) is None]
 
     def learn_examples(self, q: Question, shown: tuple) -> None:
+        """Keep the examples written for `q`; a prior computed before, on the prompt without them, no longer holds."""
         self.priors.put(EXAMPLES, q, shown)
+        self.priors.drop(self.method, q)
 
     def _fitted(self, q: Question):
         return self.profile.entry(q) if self.profile is not None else None

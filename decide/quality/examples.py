@@ -24,8 +24,9 @@ Written for questions of 2 to MAX_OPTIONS options without attachments; others ar
 from __future__ import annotations
 
 import re
+from collections.abc import Generator
 
-from ..prompts import ChatTokenizer, Demonstration, json_value, option_line
+from ..prompts import ChatTokenizer, json_value, option_line
 from ..request import Question
 from ..scoring.generate import GreedyWriter
 
@@ -106,9 +107,25 @@ def cleaned(text: str) -> str:
             text = text[len(mark) : -len(mark)].strip()
             break
     if text and text[0] in QUOTES:  # to its closing quote at a line's end: an explanation may follow on the next line
-        closing = re.search(re.escape(CLOSING.get(text[0], text[0])) + r"[ \t]*(\n|$)", text[1:])
+        closing = closing_quote(text)
         text = text[1 : 1 + closing.start()] if closing else text[1:]
     return text.strip()
+
+
+def closing_quote(text: str) -> re.Match | None:
+    """In `text`, which starts with a quote: the quote that closes it at a line's end (and that line end), in text[1:]."""
+    return re.search(re.escape(CLOSING.get(text[0], text[0])) + r"[ \t]*(\n|$)", text[1:])
+
+
+def finished(text: str) -> bool:
+    """Whether a reply is written to the end of what `cleaned` keeps of it: its first paragraph is over, or its quoted
+    input closed at a line's end (an explanation follows). Writing on would not change the example, only take
+    time: explanations after a quoted input ran to MAX_TOKENS."""
+    text = text.lstrip()
+    if "\n\n" in text.rstrip():
+        return True
+    closing = closing_quote(text) if text and text[0] in QUOTES else None
+    return closing is not None and closing.group(1) == "\n"
 
 
 def same_text(a: str, b: str) -> bool:
@@ -129,25 +146,25 @@ class Conversation:
         self.chat: list[dict] = []
         self.first_tokens: dict[int, set[int]] = {}  # by option: the first token of each input written for it
 
-    def write(self) -> list[Demonstration]:
-        """ROUNDS inputs per option: one for each option in option order, then again (empty where the text came out
-        empty or repeats an earlier one)."""
+    def requests(self) -> list[tuple[int, str]]:
+        """(option, user turn) of each input to write: ROUNDS per option, one for each option in option order, then
+        again."""
         n = len(self.q.options)
         again = [NEXT.format(target=target(self.q, k)) for k in range(n)] * (ROUNDS - 1)
-        requests = [writing_request(self.q, k) for k in range(n)] + again
-        return [Demonstration(self._ask(i % n, r), i % n) for i, r in enumerate(requests)]
+        return [(i % n, r) for i, r in enumerate([writing_request(self.q, k) for k in range(n)] + again)]
 
-    def rewrite(self, option: int, answered: int | None) -> str:
-        """Another input for `option`, its last having been answered `answered`. It starts with another token than
-        those written for `option` before: told to write another, a small model repeats its last word for word."""
-        return self._ask(option, rewriting_request(self.q, option, answered))
+    def rewrite(self, option: int, answered: int | None) -> Generator[None, None, str]:
+        """Another input for `option`, its last having been answered `answered` (steps as `ask`). It starts with another
+        token than those written for `option` before: told to write another, a small model repeats its last word
+        for word."""
+        return (yield from self.ask(option, rewriting_request(self.q, option, answered)))
 
-    def _ask(self, option: int, request: str) -> str:
+    def ask(self, option: int, request: str) -> Generator[None, None, str]:
+        """Returns the model's reply to `request`, an input for `option` ("" if it repeats an earlier one); yields
+        after each model call (GreedyWriter.continue_from)."""
         prompt = self.tokenizer.encode(writing_prompt(self.tokenizer, self.chat, request))
         firsts = self.first_tokens.setdefault(option, set())
-        ids = self.writer.continue_from(
-            prompt, lambda ids: "\n\n" in self.tokenizer.decode(ids).strip(), not_first=firsts
-        )
+        ids = yield from self.writer.continue_from(prompt, lambda ids: finished(self.tokenizer.decode(ids)), firsts)
         firsts.update(ids[:1])
         text = cleaned(self.tokenizer.decode(ids))
         repeated = any(same_text(text, turn["content"]) for turn in self.chat if turn["role"] == "assistant")

@@ -7,7 +7,7 @@ from the same model and precision.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Generator, Sequence
 
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
@@ -31,20 +31,22 @@ class GreedyWriter:
         tokens: Sequence[int],
         finished: Callable[[list[int]], bool] = lambda written: False,
         not_first: Collection[int] = (),
-    ) -> list[int]:
-        """The greedy continuation of `tokens`, up to max_tokens, without the stop token that ended it; also ended
-        as soon as `finished(its tokens so far)`. Its first token is the likeliest not in `not_first`."""
+    ) -> Generator[None, None, list[int]]:
+        """Returns the greedy continuation of `tokens`, up to max_tokens, without the stop token that ended it; also
+        ended as soon as `finished(its tokens so far)`. Its first token is the likeliest not in `not_first`. Yields
+        after each token but the last, its model call done: a step (a server writes between requests)."""
         logits = self._feed(list(tokens))[0, -1]
         if not_first:
             logits[mx.array(sorted(not_first))] = -mx.inf
         written: list[int] = []
         while len(written) < self.max_tokens:
-            token = int(mx.argmax(logits).item())
+            token = int(mx.argmax(logits).item())  # the model call runs here (MLX evaluates lazily)
             if token in self.stop_tokens:
                 break
             written.append(token)
             if finished(written) or len(written) == self.max_tokens:
                 break
+            yield None
             logits = self._feed([*self.fed, token])[0, -1]
         return written
 

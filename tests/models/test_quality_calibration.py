@@ -101,6 +101,17 @@ def test_the_prior_cache_is_bounded_least_recent_first_out():
     assert [cache.get("contextual", q) is not None for q in (a, b, c)] == [True, False, True]
 
 
+def test_examples_written_after_a_question_was_asked_without_them_replace_its_prior():
+    """A server answers a new question before its examples are written (tempered by the prior of the prompt without
+    them); that prior no longer holds once they are."""
+    q = Question.predicate("Is it urgent?")
+    calibrator = calibration.Calibrator("examples")
+    calibrator.learn(q, [[-0.1, -2.5]])
+    assert calibrator.missing([q]) == []
+    calibrator.learn_examples(q, ())
+    assert [asked for asked, _ in calibrator.missing([q])] == [q]
+
+
 def test_batched_answers_equal_single_ones(deciders):
     decider = deciders["contextual"]
     batch = decider.decide_batch([DecisionRequest.of(t, QUESTIONS) for t in TEXTS])

@@ -3,10 +3,12 @@ qwen2-arch one: the llama one's greedy text is newlines only, which leaves nothi
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
-from decide.core import Decider, DeciderOptions, stop_markers
+from decide.core import Decider, DeciderOptions, finish, stop_markers
 from decide.prompts import Demonstration, TokenizedQuestion, render_prompt
 from decide.quality import examples
 from decide.request import DecisionRequest, Question, Text
@@ -23,6 +25,15 @@ TEXTS = ["I was charged twice, refund me.", "The app crashes at start."]
 @pytest.fixture
 def decider(tiny_qwen2_model) -> Decider:
     return Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
+
+
+def returned(steps):
+    """What a generator returns, its steps run."""
+    try:
+        while True:
+            next(steps)
+    except StopIteration as done:
+        return done.value
 
 
 def greedy_reference(model, prompt: list[int], stops: list[int], max_tokens: int, not_first=()) -> list[int]:
@@ -47,13 +58,13 @@ def test_the_writer_continues_each_sequence_as_a_greedy_full_forward_would(tiny_
     stops = examples.writing_stops(tok, stop_markers(tok))
     first = tok.encode(examples.writing_prompt(tok, [], examples.writing_request(TEAM, 0)))
     writer = GreedyWriter(tiny_qwen2_model.model, stops, 12)
-    got = writer.continue_from(first)
+    got = returned(writer.continue_from(first))
     assert got == greedy_reference(tiny_qwen2_model.model, first, stops, 12) and got
     for tokens in (first + got[:5] + first[-7:], first[:40] + tok.encode("another start"), tok.encode("fresh")):
-        assert writer.continue_from(tokens) == greedy_reference(tiny_qwen2_model.model, tokens, stops, 12)
+        assert returned(writer.continue_from(tokens)) == greedy_reference(tiny_qwen2_model.model, tokens, stops, 12)
     assert writer.computed < 2 * len(first) + 3 * 12 + 20  # the shared starts were not computed again
-    assert writer.continue_from(first, finished=lambda written: len(written) == 3) == got[:3]
-    other = writer.continue_from(first, not_first={got[0]})
+    assert returned(writer.continue_from(first, finished=lambda written: len(written) == 3)) == got[:3]
+    other = returned(writer.continue_from(first, not_first={got[0]}))
     assert other == greedy_reference(tiny_qwen2_model.model, first, stops, 12, {got[0]}) and other[0] != got[0]
 
 
@@ -131,24 +142,29 @@ class PlantedConversation:
         self.told: list[tuple[int, int | None]] = []
         self.texts = [f"ticket {k}" for k in range(len(q.options))]
 
-    def write(self) -> list[Demonstration]:
-        return [Demonstration(t, k) for k, t in enumerate(self.texts)]
+        self.writer = SimpleNamespace(computed=0)
 
-    def rewrite(self, option: int, answered: int | None) -> str:
+    def requests(self) -> list[tuple[int, str]]:
+        return [(k, f"an input for {k}") for k in range(len(self.q.options))]
+
+    def ask(self, option: int, request: str):
+        yield None
+        return self.texts[option]
+
+    def rewrite(self, option: int, answered: int | None):
         self.told.append((option, answered))
         self.texts[option] += " again"
+        yield None
         return self.texts[option]
 
 
 def planted(decider, monkeypatch, *rounds: list[int]) -> None:
     """The model answers the examples of each check with the next of `rounds` (5 nats on the answer)."""
-    answers = iter(rounds)
+    answers = iter([a for r in rounds for a in r])
 
     def score_many(requests):
         k = len(requests[0][0].candidates)
-        given = next(answers)
-        assert len(given) == len(requests)
-        return [ScoreResult([np.eye(k)[a] * 5], [None]) for a in given]
+        return [ScoreResult([np.eye(k)[next(answers)] * 5], [None]) for _ in requests]
 
     monkeypatch.setattr(decider, "_score_many", score_many)
 
@@ -156,9 +172,12 @@ def planted(decider, monkeypatch, *rounds: list[int]) -> None:
 def test_the_check_asks_each_example_with_the_examples_given(decider, monkeypatch):
     shown = tuple(Demonstration(f"ticket {k}", k) for k in range(3))
     asked = []
-    monkeypatch.setattr(decider, "_score_many", lambda r: asked.extend(r) or [ScoreResult([np.eye(3)[2]], [None])] * 2)
+    monkeypatch.setattr(
+        decider, "_score_many", lambda r: asked.extend(r) or [ScoreResult([np.eye(3)[2]], [None])] * len(r)
+    )
     empty = Demonstration("", 1)
-    assert decider._check(TEAM, [(shown[1], (shown[0], shown[2])), (empty, shown), (shown[0], ())])[0] == [2, None, 2]
+    asking = decider._check(TEAM, [(shown[1], (shown[0], shown[2])), (empty, shown), (shown[0], ())])
+    assert returned(asking)[0] == [2, None, 2]
     tok = decider.loaded.tokenizer
     assert list(asked[0][0].prompt) == tok.encode(render_prompt(tok, (Text("ticket 1"),), TEAM, (shown[0], shown[2])))
     assert list(asked[1][0].prompt) == tok.encode(render_prompt(tok, (Text("ticket 0"),), TEAM))
@@ -167,7 +186,7 @@ def test_the_check_asks_each_example_with_the_examples_given(decider, monkeypatc
 def test_an_example_answered_otherwise_is_written_again_with_how_it_was_answered(decider, monkeypatch):
     planted(decider, monkeypatch, [0, 2, 2], [1])
     conversation = PlantedConversation(TEAM)
-    kept, _ = decider._written_and_checked(conversation)
+    kept, _ = finish(decider._written_and_checked(conversation))
     assert conversation.told == [(1, 2)]
     assert kept == (Demonstration("ticket 0", 0), Demonstration("ticket 1 again", 1), Demonstration("ticket 2", 2))
 
@@ -178,19 +197,19 @@ def test_the_check_keeps_what_the_model_answers_as_written_unless_two_answers_lo
     rewrites = examples.REWRITES
     planted(decider, monkeypatch, [0, 2, 2], *[[2]] * rewrites)
     conversation = PlantedConversation(TEAM)
-    kept, _ = decider._written_and_checked(conversation)
+    kept, _ = finish(decider._written_and_checked(conversation))
     assert conversation.told == [(1, 2)] * rewrites
     assert [d.option for d in kept] == [0, 2]
     planted(decider, monkeypatch, [1, 1, 1], *[[1, 1]] * rewrites)
-    assert decider._written_and_checked(PlantedConversation(TEAM))[0] == ()
+    assert finish(decider._written_and_checked(PlantedConversation(TEAM)))[0] == ()
     four = Question.choice("Which team?", ["billing", "technical", "sales", "legal"])
     planted(decider, monkeypatch, [0, 1, 2, 2], *[[2]] * rewrites)
-    assert [d.option for d in decider._written_and_checked(PlantedConversation(four))[0]] == [0, 1, 2]
+    assert [d.option for d in finish(decider._written_and_checked(PlantedConversation(four)))[0]] == [0, 1, 2]
     planted(decider, monkeypatch, [0, 1, 1, 1], *[[1, 1]] * rewrites)
-    assert decider._written_and_checked(PlantedConversation(four))[0] == ()
+    assert finish(decider._written_and_checked(PlantedConversation(four)))[0] == ()
     planted(decider, monkeypatch, [3, 1, 1, 1], [0, 2, 0], *[[2]] * (rewrites - 1))  # 0 and 2 join, 3 never
     conversation = PlantedConversation(four)
-    assert [d.option for d in decider._written_and_checked(conversation)[0]] == [0, 1, 2]
+    assert [d.option for d in finish(decider._written_and_checked(conversation))[0]] == [0, 1, 2]
     assert conversation.told[:4] == [(0, 3), (2, 1), (3, 1), (3, 0)] and len(conversation.told) == 2 + rewrites
 
 
@@ -246,31 +265,14 @@ def test_a_request_prepared_before_its_examples_were_written_is_asked_with_them(
     assert answer.usage.input_tokens == again.usage.input_tokens > early.input_tokens
 
 
-def test_cleaning_keeps_the_first_paragraph_without_enclosing_quotes():
-    assert examples.cleaned('  "Great film!"  \n\nThis input is positive because...') == "Great film!"
-    assert examples.cleaned("'It broke.'") == "It broke."
-    assert examples.cleaned('"Who wrote Hamlet?') == "Who wrote Hamlet?"
-    assert examples.cleaned("\n\n") == ""
-
-
-def test_cleaning_drops_a_leading_label_and_enclosing_emphasis():
-    assert examples.cleaned("**Question:** What is the capital of France?") == "What is the capital of France?"
-    assert examples.cleaned("Input: It broke again.") == "It broke again."
-    assert examples.cleaned('**"What does NASA stand for?"**') == "What does NASA stand for?"
-    assert examples.cleaned("*Refund my order.*") == "Refund my order."
-    assert examples.cleaned("The fix: restart it.") == "The fix: restart it."  # a label is one word, first
-    explained = "\"Who is the author of 'Emma'? \"\nThis input clearly asks for a person."
-    assert examples.cleaned(explained) == "Who is the author of 'Emma'?"
-    assert examples.cleaned("\u201cIt broke.\u201d") == "It broke."
-
-
 class ScriptedWriter:
     """Replies with the next of `texts`, as GreedyWriter.continue_from would with the model's tokens."""
 
     def __init__(self, tokenizer, texts: list[str]) -> None:
         self.tokenizer, self.texts = tokenizer, iter(texts)
 
-    def continue_from(self, tokens, finished, not_first=()) -> list[int]:
+    def continue_from(self, tokens, finished, not_first=()):
+        yield None
         return self.tokenizer.encode(next(self.texts))
 
 
@@ -280,7 +282,7 @@ def test_an_input_the_conversation_wrote_before_comes_out_empty_and_is_written_a
     tok = decider.loaded.tokenizer
     texts = ["Refund my order.", "It crashes.", "Input: refund my  order.", "Buy seats."]
     conversation = examples.Conversation(tok, ScriptedWriter(tok, texts), REFUND)
-    assert conversation.write() == [
+    assert [Demonstration(returned(conversation.ask(k, r)), k) for k, r in conversation.requests()] == [
         Demonstration("Refund my order.", 0),
         Demonstration("It crashes.", 1),
         Demonstration("", 0),
@@ -288,7 +290,7 @@ def test_an_input_the_conversation_wrote_before_comes_out_empty_and_is_written_a
     ]
     assert conversation.chat[5]["content"] == "refund my  order."  # the model sees what it wrote
     again = examples.Conversation(tok, ScriptedWriter(tok, ["It crashes.", "It crashes."]), REFUND)
-    assert again.rewrite(1, 0) == "It crashes." and again.rewrite(1, 0) == ""
+    assert returned(again.rewrite(1, 0)) == "It crashes." and returned(again.rewrite(1, 0)) == ""
 
 
 def test_written_examples_do_not_replace_a_profiles_demonstrations(decider):
@@ -326,8 +328,8 @@ def test_threads_asking_a_new_question_at_once_write_its_examples_once(decider, 
     import threading
 
     calls = []
-    write = examples.Conversation.write
-    monkeypatch.setattr(examples.Conversation, "write", lambda self: calls.append(self.q) or write(self))
+    requests = examples.Conversation.requests
+    monkeypatch.setattr(examples.Conversation, "requests", lambda self: calls.append(self.q) or requests(self))
     threads = [threading.Thread(target=decider.decide, args=(t, [TEAM, REFUND])) for t in TEXTS * 2]
     for t in threads:
         t.start()
@@ -343,5 +345,26 @@ def test_on_an_ordered_scale_an_example_answered_a_neighbouring_level_is_kept(de
     assert not examples.as_written(TEAM, 0, 1)  # options without an order: only the option itself
     planted(decider, monkeypatch, [1, 0, 1, 1], *[[1]] * examples.REWRITES)
     conversation = PlantedConversation(scale)
-    assert [d.option for d in decider._written_and_checked(conversation)[0]] == [0, 1, 2]
+    assert [d.option for d in finish(decider._written_and_checked(conversation))[0]] == [0, 1, 2]
     assert conversation.told == [(3, 1)] * examples.REWRITES
+
+
+def test_written_a_step_at_a_time_the_examples_are_those_written_at_once(tiny_qwen2_model, monkeypatch):
+    """A server writes a step (a token, or a check) between requests; a request that does not wait finishes the
+    writing a step-wise one began. Either way the examples are those of the library's first request."""
+    monkeypatch.setattr(examples, "MAX_TOKENS", 8)
+    monkeypatch.setattr(examples, "as_written", lambda q, option, answered: answered is not None)  # keep them all
+    at_once = Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
+    at_once.decide(TEXTS[0], [TEAM, REFUND])
+    stepped = Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
+    steps = 1
+    while stepped.write_examples_step([TEAM]):
+        steps += 1
+    # the random model writes to MAX_TOKENS: a step after each token but the last, and one per check
+    assert steps >= examples.ROUNDS * len(TEAM.options) * (examples.MAX_TOKENS - 1)
+    for _ in range(5):
+        stepped.write_examples_step([REFUND])
+    assert stepped.unwritten_examples([TEAM, REFUND]) == [REFUND]
+    stepped.decide(TEXTS[0], [REFUND])
+    for q in (TEAM, REFUND):
+        assert stepped.calibrator.demonstrations(q) == at_once.calibrator.demonstrations(q) != ()
