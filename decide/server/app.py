@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import os
 import sys
 import time
@@ -40,6 +41,7 @@ from .openapi import openapi_document
 log = logging.getLogger("decide.server")
 
 DRAIN_SECONDS = 10.0
+WRITING_MARGIN_S = 5.0  # of a client's read timeout, kept for the answer after the examples are written
 
 OTHER_ROUTES = [
     {"method": "GET", "path": "/v1/models", "protocol": "OpenAI + TypeSafe"},
@@ -81,7 +83,13 @@ def create_app(
         decider = load()
     metrics = Metrics()
     engine = Engine(
-        EngineOptions(config.max_pending, config.batch_max_tokens, config.batch_max_questions, config.retry_after_s),
+        EngineOptions(
+            config.max_pending,
+            config.batch_max_tokens,
+            config.batch_max_questions,
+            config.retry_after_s,
+            config.writing_wait_s,
+        ),
         decider=decider,
         load=load,
         observer=metrics,
@@ -291,7 +299,8 @@ def _decide(req: DecisionRequest) -> Decision:
         raise BudgetExceeded(
             f"the request has {work.tokens} input tokens; this server takes at most {state.config.max_request_tokens}"
         )
-    job = engine.submit(work, _deadline(state.config), client_alive(request.environ.get("gunicorn.socket")))
+    alive = client_alive(request.environ.get("gunicorn.socket"))
+    job = engine.submit(work, _deadline(state.config), alive, _writing_wait(state.config))
     try:
         decision = engine.wait(job)
     finally:
@@ -306,8 +315,20 @@ def _decide(req: DecisionRequest) -> Decision:
 
 def _deadline(config: ServerConfig) -> float:
     """Now + the configured deadline, shortened by the OpenAI SDK's own read timeout if it sent one."""
+    client = _client_timeout()
+    return time.monotonic() + (client if 0 < client < config.deadline_s else config.deadline_s)
+
+
+def _writing_wait(config: ServerConfig) -> float:
+    """How long the request may wait for its new questions' examples: the configured wait, or, if longer, the OpenAI
+    SDK's own read timeout less WRITING_MARGIN_S (the time to answer once they are written)."""
+    return max(config.writing_wait_s, _client_timeout() - WRITING_MARGIN_S)
+
+
+def _client_timeout() -> float:
+    """The read timeout the OpenAI SDK says it has (x-stainless-read-timeout), in seconds; 0 if none."""
     try:
         client = float(request.headers.get("x-stainless-read-timeout", ""))
     except ValueError:
-        client = 0.0
-    return time.monotonic() + (client if 0 < client < config.deadline_s else config.deadline_s)
+        return 0.0
+    return client if math.isfinite(client) else 0.0

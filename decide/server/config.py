@@ -39,6 +39,10 @@ class ServerConfig:
     # [DECIDE_DEADLINE_S] longest wait in the queue; a request still queued then is dropped (503 + Retry-After).
     # An OpenAI SDK's own timeout (x-stainless-read-timeout) shortens it.
     deadline_s: float = 60.0
+    # [DECIDE_WRITING_WAIT_S] how long a request waits for the examples the model writes for its new questions (the
+    # default calibration; minutes on the 1.5B model) before it is answered without them; they are written between
+    # requests meanwhile. An OpenAI SDK's own timeout (x-stainless-read-timeout), less 5 s, lengthens it.
+    writing_wait_s: float = 2.0
     # [DECIDE_BATCH_MAX_TOKENS] input tokens merged into one decide_batch call (a larger request runs alone).
     batch_max_tokens: int = 8192
     # [DECIDE_BATCH_MAX_QUESTIONS] questions merged into one decide_batch call.

@@ -5,7 +5,9 @@
                    same request already queued or running: follow that job (one computation)
     engine thread  ◄── take the oldest job + whatever else fits the batch budget
                    ──► drop jobs whose deadline passed or whose client left: they never run
+                   ──► set aside jobs whose questions wait for written examples (until their wait ends)
                    ──► decider.decide_batch([...]) ──► each job's slot: Decision | DecideError
+                   ──► one step of writing examples (a model call), the set-aside jobs' questions first
 
 The engine thread also loads the decider, so a server answers /health while a model converts.
 """
@@ -43,12 +45,22 @@ class DeciderLike(Protocol):
     def decide_batch(self, requests: Sequence[Any]) -> list[Decision | DecideError]: ...
 
 
+class WritingDecider(DeciderLike, Protocol):
+    """A decider whose calibration has the model write examples for new questions (decide.core.Decider): the
+    engine writes them a step at a time between batches, so that no request waits minutes behind the writing."""
+
+    def unwritten_examples(self, questions: Sequence[Any]) -> list[Any]: ...
+    def write_examples_step(self, questions: Sequence[Any] = ()) -> bool: ...
+    def decide_batch(self, requests: Sequence[Any], *, write_examples: bool = True) -> list[Decision | DecideError]: ...
+
+
 @dataclass(frozen=True)
 class EngineOptions:
     max_pending: int = 32  # jobs waiting (not running); one more is refused
     batch_max_tokens: int = 8192  # input tokens merged into one decide_batch call
     batch_max_questions: int = 64  # questions merged into one decide_batch call
     retry_after_s: int = 1
+    writing_wait_s: float = 2.0  # how long a job waits for its new questions' examples; then asked without them
 
 
 @dataclass(frozen=True)
@@ -74,9 +86,11 @@ class Job:
     one already queued or running is `following` it and ends with it (an SDK's retry of a request
     that timed out on its side gets the first attempt's answer instead of computing it again)."""
 
-    def __init__(self, work: Work, deadline: float, alive: Callable[[], bool]) -> None:
+    def __init__(self, work: Work, deadline: float, alive: Callable[[], bool], writing_wait: float = 0.0) -> None:
         self.work = work
         self.deadline = deadline  # time.monotonic() after which it must not start
+        self.writing_wait = writing_wait  # seconds it may wait, once taken, for its questions' examples
+        self.examples_until = 0.0  # set when it is taken
         self.alive = alive  # False once the client has hung up
         self.state = "queued"
         self.enqueued = time.monotonic()
@@ -142,6 +156,8 @@ class Engine:
         self.observer = observer or EngineObserver()
         self._queue: deque[Job] = deque()
         self._batch: list[Job] = []  # the jobs being decided now
+        self._waiting: list[Job] = []  # taken, waiting for their questions' examples (state "running")
+        self._to_write: list[Any] = []  # questions whose examples are being written, in the order seen
         self._cond = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._main, name="decide-engine", daemon=True)
@@ -164,7 +180,7 @@ class Engine:
 
     @property
     def running(self) -> int:
-        return len(self._batch)
+        return len(self._batch) + len(self._waiting)
 
     def ready_decider(self) -> DeciderLike:
         """The decider, or Unavailable (503) while it loads or after it failed to."""
@@ -184,10 +200,13 @@ class Engine:
         prepared = prepare(request)
         return Work(request, int(prepared.input_tokens), exact=True, prepared=prepared)
 
-    def submit(self, work: Work, deadline: float, alive: Callable[[], bool] = lambda: True) -> Job:
-        """Queue `work`, or raise Overloaded at once when max_pending jobs already wait."""
+    def submit(
+        self, work: Work, deadline: float, alive: Callable[[], bool] = lambda: True, writing_wait: float | None = None
+    ) -> Job:
+        """Queue `work`, or raise Overloaded at once when max_pending jobs already wait. `writing_wait`: seconds it may
+        wait for examples of its new questions (default: the engine's writing_wait_s)."""
         self.ready_decider()
-        job = Job(work, deadline, alive)
+        job = Job(work, deadline, alive, self.options.writing_wait_s if writing_wait is None else writing_wait)
         with self._cond:
             if (leader := self._same(work.request)) is not None:
                 job.state = "following"
@@ -203,7 +222,7 @@ class Engine:
 
     def _same(self, request: DecisionRequest) -> Job | None:
         """A queued or running job of an equal request (caller holds the lock)."""
-        return next((j for j in (*self._batch, *self._queue) if j.work.request == request), None)
+        return next((j for j in (*self._batch, *self._waiting, *self._queue) if j.work.request == request), None)
 
     def wait(self, job: Job, poll: float = 0.25) -> Decision:
         """The job's decision (or its error, raised). A job still queued at its deadline, or whose
@@ -244,8 +263,10 @@ class Engine:
     def _main(self) -> None:
         if self.decider is None and not self._load_decider():
             return
-        while (batch := self._take()) is not None:
-            self._run(batch)
+        while (batch := self._take(block=not self._writing_left())) is not None:
+            self._run(self._set_aside(batch))
+            self._write_step()
+            self._run(self._waited())
 
     def _load_decider(self) -> bool:
         assert self._load is not None
@@ -263,10 +284,10 @@ class Engine:
         log.info("model %s ready after %.1f s", decider.model_id, time.monotonic() - self.load_started)
         return True
 
-    def _take(self) -> list[Job] | None:
-        """Block for work; then take queued jobs in order while they fit the batch budget."""
+    def _take(self, block: bool = True) -> list[Job] | None:
+        """Block for work (unless `block` is False); then take queued jobs in order while they fit the batch budget."""
         with self._cond:
-            while not self._queue and not self._stopping:
+            while block and not self._queue and not self._stopping:
                 self._cond.wait()
             if self._stopping:
                 return None
@@ -303,6 +324,61 @@ class Engine:
             return "deadline"
         return None if job.alive() else "client_gone"
 
+    # ------------------------------------------------------------ examples written between batches
+
+    def _writes(self) -> bool:
+        return hasattr(self.decider, "write_examples_step")
+
+    def _set_aside(self, batch: list[Job]) -> list[Job]:
+        """The jobs of `batch` to run now; those with questions whose examples are not written yet wait for them
+        (for their writing_wait), and those questions are written later, a step between batches."""
+        if not self._writes():
+            return batch
+        now, ready, waiting = time.monotonic(), [], []
+        for job in batch:
+            new = self.decider.unwritten_examples(job.work.request.questions)
+            self._to_write = list(dict.fromkeys([*self._to_write, *new]))
+            if new and job.writing_wait > 0:
+                job.examples_until = now + job.writing_wait
+                waiting.append(job)
+            else:
+                ready.append(job)
+        with self._cond:
+            self._batch, self._waiting = ready, self._waiting + waiting
+        return ready
+
+    def _writing_left(self) -> bool:
+        return bool(self._waiting or self._to_write)
+
+    def _write_step(self) -> None:
+        """One model call of writing: the examples of the waiting jobs' questions first, then of any seen."""
+        if not self._writing_left():
+            return
+        questions = [q for job in self._waiting for q in job.work.request.questions] + self._to_write
+        try:
+            left = self.decider.write_examples_step(questions)
+        except Exception as exc:  # the decider asks that question without examples from now on
+            log.error("writing examples failed: %r", exc, exc_info=exc)
+            left = True
+        if not left:
+            self._to_write = []
+
+    def _waited(self) -> list[Job]:
+        """The waiting jobs whose examples are written, or whose wait is over: to run now (asked without the
+        examples still unwritten)."""
+        now = time.monotonic()
+        done = [
+            job
+            for job in self._waiting
+            if now >= job.examples_until or not self.decider.unwritten_examples(job.work.request.questions)
+        ]
+        with self._cond:
+            self._waiting = [job for job in self._waiting if job not in done]
+            self._batch = done
+        return done
+
+    # ------------------------------------------------------------ deciding
+
     def _run(self, batch: list[Job]) -> None:
         if not batch:
             return
@@ -324,7 +400,10 @@ class Engine:
         request cannot fail the others."""
         assert self.decider is not None
         try:
-            outcomes: list[Any] = list(self.decider.decide_batch(requests))
+            if self._writes():  # the examples of new questions are written between batches (_write_step)
+                outcomes: list[Any] = list(self.decider.decide_batch(requests, write_examples=False))
+            else:
+                outcomes = list(self.decider.decide_batch(requests))
         except Exception as exc:
             if len(requests) == 1:
                 return [exc]

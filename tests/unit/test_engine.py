@@ -318,3 +318,105 @@ def test_prepare_uses_the_deciders_count_or_an_estimate() -> None:
     estimated = Engine(decider=NoPrepare()).prepare(r)
     assert not estimated.exact and estimated.tokens == estimate_tokens(r)
     assert estimate_tokens(request("a" * 400, 2)) > estimate_tokens(request("a", 2)) > estimate_tokens(request("a", 1))
+
+
+# ---------------------------------------------------------------- examples written between batches
+
+
+class Writing(FakeDecider):
+    """A fake whose questions need `steps` writing steps each before their examples are written; it records the
+    order of steps and batches in `log`, and asks a question after examples once they are written."""
+
+    def __init__(self, steps: int = 3, step_seconds: float = 0.02) -> None:
+        super().__init__()
+        self.steps, self.step_seconds = steps, step_seconds
+        self.left: dict[Question, int] = {}
+        self.log: list[tuple] = []
+
+    def unwritten_examples(self, questions):
+        return [q for q in dict.fromkeys(questions) if self.left.get(q, self.steps) > 0]
+
+    def write_examples_step(self, questions=()):
+        q = self.unwritten_examples(questions)[0]
+        time.sleep(self.step_seconds)
+        self.left[q] = self.left.get(q, self.steps) - 1
+        self.log.append(("step", q.instructions))
+        return bool(self.unwritten_examples(questions))
+
+    def decide_batch(self, requests, *, write_examples=True):
+        assert not write_examples, "the engine writes examples between batches, not inside one"
+        plain = [r.request if hasattr(r, "request") else r for r in requests]
+        self.log.append(("batch", [(r.input[0].text, bool(self.unwritten_examples(r.questions))) for r in plain]))
+        return super().decide_batch(requests)
+
+
+def asked(decider: Writing, text: str) -> list[bool]:
+    """For each batch that held the request with input `text`: whether it was asked without its examples."""
+    return [plain for kind, *rest in decider.log if kind == "batch" for t, plain in rest[0] if t == text]
+
+
+def test_a_request_waits_for_its_new_questions_examples_written_a_step_at_a_time() -> None:
+    decider = Writing(steps=3)
+    engine = Engine(EngineOptions(writing_wait_s=FAR), decider=decider).start()
+    assert engine.wait(engine.submit(work(request("first")), deadline())).answers
+    assert [kind for kind, *_ in decider.log] == ["step", "step", "step", "batch"]
+    assert asked(decider, "first") == [False]
+    engine.stop()
+
+
+def test_a_request_past_its_writing_wait_is_answered_without_examples_and_writing_goes_on() -> None:
+    decider = Writing(steps=4, step_seconds=0.05)
+    engine = Engine(EngineOptions(writing_wait_s=0.0), decider=decider).start()
+    assert engine.wait(engine.submit(work(request("at once")), deadline())).answers
+    assert asked(decider, "at once") == [True]
+    for _ in range(200):  # the engine, idle, writes the rest
+        if not decider.unwritten_examples(request("x").questions):
+            break
+        time.sleep(0.02)
+    assert [kind for kind, *_ in decider.log].count("step") == 4
+    assert engine.wait(engine.submit(work(request("later")), deadline())).answers
+    assert asked(decider, "later") == [False]
+    engine.stop()
+
+
+def test_other_requests_are_answered_between_the_steps_of_a_long_writing() -> None:
+    decider = Writing(steps=30, step_seconds=0.05)
+    engine = Engine(EngineOptions(writing_wait_s=FAR), decider=decider).start()
+    new = engine.submit(work(request("a new question")), deadline())
+    while not decider.log:
+        time.sleep(0.01)
+    known = DecisionRequest.of("meanwhile", [Question.choice("Known?", ["a", "b"])])
+    decider.left[known.questions[0]] = 0
+    assert engine.wait(engine.submit(work(known), deadline())).answers
+    assert not new.done.is_set() and engine.running == 1  # still waiting for its examples
+    assert engine.wait(new).answers and asked(decider, "a new question") == [False]
+    kinds = [kind for kind, *_ in decider.log]
+    assert kinds.index("batch") < kinds.index("step", kinds.index("batch")) < len(kinds) - 1
+    engine.stop()
+
+
+def test_a_retry_follows_a_request_that_waits_for_its_examples() -> None:
+    decider = Writing(steps=20, step_seconds=0.05)
+    engine = Engine(EngineOptions(writing_wait_s=FAR), decider=decider).start()
+    first = engine.submit(work(request("same")), deadline())
+    while not decider.log:
+        time.sleep(0.01)
+    retry = engine.submit(work(request("same")), deadline())
+    assert retry.state == "following"
+    assert engine.wait(retry) is engine.wait(first)
+    assert asked(decider, "same") == [False]
+    engine.stop()
+
+
+def test_a_failed_writing_step_is_logged_and_the_request_still_answered(caplog) -> None:
+    decider = Writing(steps=2)
+
+    def broken(questions=()):
+        decider.left.update({q: 0 for q in questions})  # as the core does: that question is asked plainly now
+        raise RuntimeError("writer crashed")
+
+    decider.write_examples_step = broken
+    engine = Engine(EngineOptions(writing_wait_s=FAR), decider=decider).start()
+    assert engine.wait(engine.submit(work(request("still answered")), deadline())).answers
+    assert "writer crashed" in caplog.text
+    engine.stop()
