@@ -298,6 +298,7 @@ class Decider:
     def _stop_writing(self, q: Question, kept: tuple[Demonstration, ...]) -> None:
         del self._writing[q]
         self.calibrator.learn_examples(q, kept)
+        log.info("examples written for %r: %d kept", q.instructions[:60], len(kept))
 
     def _conversation(self, q: Question) -> examples.Conversation:
         tokenizer = self.loaded.tokenizer

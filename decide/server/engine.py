@@ -182,6 +182,15 @@ class Engine:
     def running(self) -> int:
         return len(self._batch) + len(self._waiting)
 
+    @property
+    def waiting_for_examples(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def examples_to_write(self) -> int:
+        """Questions seen whose examples are being written, a step at a time between batches."""
+        return len(self.decider.unwritten_examples(list(self._to_write))) if self._writes() else 0
+
     def ready_decider(self) -> DeciderLike:
         """The decider, or Unavailable (503) while it loads or after it failed to."""
         if self.phase == "ready" and self.decider is not None:

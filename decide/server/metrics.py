@@ -105,6 +105,12 @@ class _EngineCollector(Collector):
         yield _gauge("decide_running", "Requests in the batch being decided now", e.running)
         yield _gauge("decide_queue_limit", "Requests allowed to wait (DECIDE_MAX_PENDING)", e.options.max_pending)
         yield _gauge("decide_model_ready", "1 once the model is loaded", 1 if e.phase == "ready" else 0)
+        yield _gauge(
+            "decide_examples_to_write", "New questions whose examples the model is writing", e.examples_to_write
+        )
+        yield _gauge(
+            "decide_waiting_for_examples", "Requests waiting for their questions' examples", e.waiting_for_examples
+        )
         yield from _model_info(e.decider)
         yield from _prefix_cache(e.decider)
         yield from _mlx_memory()

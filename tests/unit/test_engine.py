@@ -388,8 +388,10 @@ def test_other_requests_are_answered_between_the_steps_of_a_long_writing() -> No
     known = DecisionRequest.of("meanwhile", [Question.choice("Known?", ["a", "b"])])
     decider.left[known.questions[0]] = 0
     assert engine.wait(engine.submit(work(known), deadline())).answers
-    assert not new.done.is_set() and engine.running == 1  # still waiting for its examples
+    assert not new.done.is_set() and engine.running == engine.waiting_for_examples == 1  # still waiting for them
+    assert engine.examples_to_write == 1
     assert engine.wait(new).answers and asked(decider, "a new question") == [False]
+    assert engine.examples_to_write == engine.waiting_for_examples == 0
     kinds = [kind for kind, *_ in decider.log]
     assert kinds.index("batch") < kinds.index("step", kinds.index("batch")) < len(kinds) - 1
     engine.stop()

@@ -760,6 +760,8 @@ def test_metrics_count_requests_tokens_and_batches() -> None:
         "decide_queue_depth 0.0",
         "decide_queue_limit 32.0",
         "decide_model_ready 1.0",
+        "decide_examples_to_write 0.0",
+        "decide_waiting_for_examples 0.0",
     ]:
         assert sample in text
     assert re.search(r'^decide_tokens_total\{kind="input"\} [1-9]', text, re.M)
