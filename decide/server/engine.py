@@ -14,6 +14,7 @@ The engine thread also loads the decider, so a server answers /health while a mo
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -160,12 +161,15 @@ class Engine:
         self._to_write: list[Any] = []  # questions whose examples are being written, in the order seen
         self._cond = threading.Condition()
         self._stopping = False
+        self._parking = False
+        self._parked = threading.Event()
         self._thread = threading.Thread(target=self._main, name="decide-engine", daemon=True)
 
     # ------------------------------------------------------------ request-thread side
 
     def start(self) -> Engine:
         self._thread.start()
+        atexit.register(self._park)
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -173,6 +177,17 @@ class Engine:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join(timeout)
+
+    def _park(self, timeout: float = 10.0) -> None:
+        """At exit: the engine thread finishes its step and then waits forever. A process that exits while it is
+        inside MLX (writing examples, which it does when idle) aborted in C++ ("terminate called without an active
+        exception"), and so did one whose engine thread ended as the interpreter finalized."""
+        if not self._thread.is_alive():
+            return
+        with self._cond:
+            self._parking = True
+            self._cond.notify_all()
+        self._parked.wait(timeout)
 
     @property
     def queue_depth(self) -> int:
@@ -276,6 +291,9 @@ class Engine:
             self._run(self._set_aside(batch))
             self._write_step()
             self._run(self._waited())
+        if self._parking:
+            self._parked.set()
+            threading.Event().wait()
 
     def _load_decider(self) -> bool:
         assert self._load is not None
@@ -296,9 +314,9 @@ class Engine:
     def _take(self, block: bool = True) -> list[Job] | None:
         """Block for work (unless `block` is False); then take queued jobs in order while they fit the batch budget."""
         with self._cond:
-            while block and not self._queue and not self._stopping:
+            while block and not self._queue and not self._stopping and not self._parking:
                 self._cond.wait()
-            if self._stopping:
+            if self._stopping or self._parking:
                 return None
             batch: list[Job] = []
             tokens = questions = 0

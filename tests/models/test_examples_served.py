@@ -3,6 +3,8 @@ step at a time between requests, and a request waits for them only as long as it
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 
 import httpx2
@@ -78,3 +80,39 @@ def test_a_new_questions_first_answer_comes_without_its_examples_and_later_ones_
     true = [o.value for o in urgent.questions[0].options].index(True)
     assert np.log(decision.answers[0].probability) == pytest.approx(want_urgent[true], abs=1e-3)
     typesafe.close()
+
+
+EXITS_WHILE_WRITING = """
+import sys
+from decide.core import Decider, DeciderOptions
+from decide.models import load_model
+from decide.quality import examples
+from decide.server.app import create_app
+from decide.server.config import ServerConfig
+from decide.wire import systemone
+
+examples.MAX_TOKENS = 64  # a random model writes to the end: the writing is still going on at exit
+loaded = load_model(sys.argv[1], cache_dir=sys.argv[2], progress=False)
+decider = Decider(loaded, DeciderOptions(calibration="examples"))
+app = create_app(ServerConfig(tune_malloc=False, writing_wait_s=0.0), decider=decider)
+team = {"type": "choice", "instructions": "Which team?", "criteria": {"billing": "money", "technical": None, "sales": None}}
+body = {"model": "m", "state": "It crashes.", "questions": {"t": team}}
+answered = app.test_client().post("/v1/systemone", json=body)
+question = systemone.parse(body).request.questions[0]
+assert answered.status_code == 200 and decider.unwritten_examples([question]) == [question]  # still writing
+print("answered", flush=True)
+"""
+
+
+def test_a_process_that_exits_while_its_server_writes_examples_exits_cleanly(tiny_qwen2_gguf_path, tmp_path):
+    """The engine thread writes while idle; a process exiting then aborted in C++ ("terminate called without an active
+    exception", exit code 134) in most runs, until the engine parked at exit."""
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", EXITS_WHILE_WRITING, str(tiny_qwen2_gguf_path), str(tmp_path / "cache")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0 and "answered" in done.stdout, done.stderr[-2000:]
+        assert "terminate called" not in done.stderr
