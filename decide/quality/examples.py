@@ -16,7 +16,8 @@ shown: a set that leaves out more answers teaches the model not to use them (mea
 decide.core.Decider._written_and_checked). The question is then asked as the
 series of decide/prompts.py with the kept examples answered. The examples and the question block
 sit before the input, so the prefix cache keeps them: a later request computes its input and the
-candidates only.
+candidates only. The library writes them in a question's first request; a server writes them a step (a token,
+or a check) at a time between requests and answers the question without them meanwhile (decide/server/engine.py).
 
 Written for questions of 2 to MAX_OPTIONS options without attachments; others are asked plainly.
 """

@@ -354,6 +354,7 @@ class Engine:
     # ------------------------------------------------------------ examples written between batches
 
     def _writes(self) -> bool:
+        """Whether the decider's examples are written here, between batches (a WritingDecider)."""
         return hasattr(self.decider, "write_examples_step")
 
     def _set_aside(self, batch: list[Job]) -> list[Job]:

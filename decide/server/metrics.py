@@ -102,7 +102,9 @@ class _EngineCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         e = self.engine
         yield _gauge("decide_queue_depth", "Requests waiting for the engine", e.queue_depth)
-        yield _gauge("decide_running", "Requests in the batch being decided now", e.running)
+        yield _gauge(
+            "decide_running", "Requests taken from the queue: being decided, or waiting for examples", e.running
+        )
         yield _gauge("decide_queue_limit", "Requests allowed to wait (DECIDE_MAX_PENDING)", e.options.max_pending)
         yield _gauge("decide_model_ready", "1 once the model is loaded", 1 if e.phase == "ready" else 0)
         yield _gauge(
