@@ -14,6 +14,7 @@ from .. import limits
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 _SPECIAL = ("api_key", "aliases", "model")  # strings where empty means unset
+_ZERO_ALLOWED = ("DECIDE_WRITING_WAIT_S",)  # numbers where 0 is a setting (never wait), not a mistake
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,8 @@ def _number(name: str, raw: str, kind: type) -> int | float:
         value = kind(raw.strip())
     except ValueError:
         raise ValueError(f"{name} must be a positive {'integer' if kind is int else 'number'}, got {raw!r}") from None
+    if name in _ZERO_ALLOWED and value == 0:
+        return value
     if not value > 0:
         raise ValueError(f"{name} must be positive, got {raw!r}")
     return value

@@ -352,12 +352,14 @@ def test_config_from_env() -> None:
     config = ServerConfig.from_env(serving)
     assert (config.deadline_s, config.batch_max_tokens, config.allowed_hosts) == (2.5, 100, ("decide.lan", "*.x"))
     assert (config.prefix_cache_bytes, config.background_load, config.bind_host) == (4096, False, "[::1]")
+    assert ServerConfig.from_env({"DECIDE_WRITING_WAIT_S": "0"}).writing_wait_s == 0  # never wait for examples
     for bad in (
         {"DECIDE_MAX_BODY_BYTES": "lots"},
         {"DECIDE_STRICT_MODELS": "maybe"},
         {"DECIDE_MAX_PENDING": "0"},
         {"DECIDE_DEADLINE_S": "-1"},
         {"DECIDE_DEADLINE_S": "nan"},
+        {"DECIDE_WRITING_WAIT_S": "-1"},
     ):
         with pytest.raises(ValueError):
             ServerConfig.from_env(bad)
