@@ -16,10 +16,10 @@ import copy
 import logging
 import os
 import threading
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 
@@ -52,6 +52,7 @@ __all__ = [
 
 log = logging.getLogger("decide")
 Written = tuple[tuple[Demonstration, ...], int]  # examples kept, tokens writing and checking them took
+T = TypeVar("T")
 
 ScorerName = Literal["auto", "reference", "prompt_once", "trie"]
 
@@ -105,7 +106,7 @@ class Decider:
             self.options.profile.check_model(self.loaded)
         self.calibrator = calibration.Calibrator(self.options.calibration, self.options.profile)
         self._lock = threading.Lock()
-        self._writing: dict[Question, Iterator[None]] = {}  # examples being written a step at a time
+        self._writing: dict[Question, Generator[None, None, Written]] = {}  # examples being written, a step at a time
 
     def _demonstrations(self, q: Question):
         return self.calibrator.demonstrations(q)
@@ -285,14 +286,15 @@ class Decider:
             if not todo:
                 return False
             q = todo[0]
-            steps = self._writing.setdefault(q, self._written_and_checked(self._conversation(q)))
+            if q not in self._writing:
+                self._writing[q] = self._written_and_checked(self._conversation(q))
             try:
-                done = next(steps)
+                next(self._writing[q])
+            except StopIteration as done:
+                self._stop_writing(q, done.value[0])
             except Exception:
                 self._stop_writing(q, ())  # asked plainly from now on, rather than written again on every request
                 raise
-            if done is not None:
-                self._stop_writing(q, done[0])
             return len(todo) > 1 or q in self._writing
 
     def _stop_writing(self, q: Question, kept: tuple[Demonstration, ...]) -> None:
@@ -305,9 +307,9 @@ class Decider:
         stops = examples.writing_stops(tokenizer, stop_markers(tokenizer))
         return examples.Conversation(tokenizer, GreedyWriter(self.loaded.model, stops, examples.MAX_TOKENS), q)
 
-    def _written_and_checked(self, conversation: examples.Conversation) -> Iterator[Written | None]:
-        """The examples the model wrote for the conversation's question that it answers as written, and the tokens
-        writing and checking took, yielded last; before that, None after each model call (a step). Each is first
+    def _written_and_checked(self, conversation: examples.Conversation) -> Generator[None, None, Written]:
+        """Returns the examples the model wrote for the conversation's question that it answers as written, and the
+        tokens writing and checking took; yields after each model call (a step). Each is first
         asked with the others shown; an example answered otherwise is written again (the model told how it was
         answered) and asked with the kept ones shown, up to examples.REWRITES times. A wrong example (a "false"
         statement that is true) would teach the wrong answer, and so would a set that leaves out more than one
@@ -334,7 +336,7 @@ class Decider:
                 answered[i] = a
         kept = tuple(d for d, a in zip(written, answered) if examples.as_written(q, d.option, a))
         covered = len({d.option for d in kept})
-        yield (kept if covered >= max(2, len(q.options) - 1) else ()), conversation.writer.computed + checked
+        return (kept if covered >= max(2, len(q.options) - 1) else ()), conversation.writer.computed + checked
 
     def _check(
         self, q: Question, asked: list[tuple[Demonstration, tuple[Demonstration, ...]]]
@@ -461,6 +463,10 @@ def stop_markers(tokenizer) -> list[str]:
     return [tokenizer.eos_token, *[s for s in specials if s != tokenizer.eos_token]]
 
 
-def finish(steps: Iterator[Written | None]) -> Written:
-    """Run a writing's remaining steps; what it yields last."""
-    return next(done for done in steps if done is not None)
+def finish(steps: Generator[None, None, T]) -> T:
+    """Run a generator's remaining steps; what it returns."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value

@@ -27,15 +27,6 @@ def decider(tiny_qwen2_model) -> Decider:
     return Decider(tiny_qwen2_model, DeciderOptions(calibration="examples"))
 
 
-def returned(steps):
-    """What a generator returns, its steps run."""
-    try:
-        while True:
-            next(steps)
-    except StopIteration as done:
-        return done.value
-
-
 def greedy_reference(model, prompt: list[int], stops: list[int], max_tokens: int, not_first=()) -> list[int]:
     """One full forward of the whole sequence per written token, its argmax appended (no cache, no batch); the
     first token the argmax of those not in `not_first`."""
@@ -58,13 +49,13 @@ def test_the_writer_continues_each_sequence_as_a_greedy_full_forward_would(tiny_
     stops = examples.writing_stops(tok, stop_markers(tok))
     first = tok.encode(examples.writing_prompt(tok, [], examples.writing_request(TEAM, 0)))
     writer = GreedyWriter(tiny_qwen2_model.model, stops, 12)
-    got = returned(writer.continue_from(first))
+    got = finish(writer.continue_from(first))
     assert got == greedy_reference(tiny_qwen2_model.model, first, stops, 12) and got
     for tokens in (first + got[:5] + first[-7:], first[:40] + tok.encode("another start"), tok.encode("fresh")):
-        assert returned(writer.continue_from(tokens)) == greedy_reference(tiny_qwen2_model.model, tokens, stops, 12)
+        assert finish(writer.continue_from(tokens)) == greedy_reference(tiny_qwen2_model.model, tokens, stops, 12)
     assert writer.computed < 2 * len(first) + 3 * 12 + 20  # the shared starts were not computed again
-    assert returned(writer.continue_from(first, finished=lambda written: len(written) == 3)) == got[:3]
-    other = returned(writer.continue_from(first, not_first={got[0]}))
+    assert finish(writer.continue_from(first, finished=lambda written: len(written) == 3)) == got[:3]
+    other = finish(writer.continue_from(first, not_first={got[0]}))
     assert other == greedy_reference(tiny_qwen2_model.model, first, stops, 12, {got[0]}) and other[0] != got[0]
 
 
@@ -177,7 +168,7 @@ def test_the_check_asks_each_example_with_the_examples_given(decider, monkeypatc
     )
     empty = Demonstration("", 1)
     asking = decider._check(TEAM, [(shown[1], (shown[0], shown[2])), (empty, shown), (shown[0], ())])
-    assert returned(asking)[0] == [2, None, 2]
+    assert finish(asking)[0] == [2, None, 2]
     tok = decider.loaded.tokenizer
     assert list(asked[0][0].prompt) == tok.encode(render_prompt(tok, (Text("ticket 1"),), TEAM, (shown[0], shown[2])))
     assert list(asked[1][0].prompt) == tok.encode(render_prompt(tok, (Text("ticket 0"),), TEAM))
@@ -282,7 +273,7 @@ def test_an_input_the_conversation_wrote_before_comes_out_empty_and_is_written_a
     tok = decider.loaded.tokenizer
     texts = ["Refund my order.", "It crashes.", "Input: refund my  order.", "Buy seats."]
     conversation = examples.Conversation(tok, ScriptedWriter(tok, texts), REFUND)
-    assert [Demonstration(returned(conversation.ask(k, r)), k) for k, r in conversation.requests()] == [
+    assert [Demonstration(finish(conversation.ask(k, r)), k) for k, r in conversation.requests()] == [
         Demonstration("Refund my order.", 0),
         Demonstration("It crashes.", 1),
         Demonstration("", 0),
@@ -290,7 +281,7 @@ def test_an_input_the_conversation_wrote_before_comes_out_empty_and_is_written_a
     ]
     assert conversation.chat[5]["content"] == "refund my  order."  # the model sees what it wrote
     again = examples.Conversation(tok, ScriptedWriter(tok, ["It crashes.", "It crashes."]), REFUND)
-    assert returned(again.rewrite(1, 0)) == "It crashes." and returned(again.rewrite(1, 0)) == ""
+    assert finish(again.rewrite(1, 0)) == "It crashes." and finish(again.rewrite(1, 0)) == ""
 
 
 def test_written_examples_do_not_replace_a_profiles_demonstrations(decider):
