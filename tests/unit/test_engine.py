@@ -350,14 +350,23 @@ class Writing(FakeDecider):
         return super().decide_batch(requests)
 
 
+def writing_engine(wait_s: float, **fake) -> tuple[Engine, Writing]:
+    decider = Writing(**fake)
+    return Engine(EngineOptions(writing_wait_s=wait_s), decider=decider).start(), decider
+
+
+def started_writing(decider: Writing) -> None:
+    while not decider.log:
+        time.sleep(0.01)
+
+
 def asked(decider: Writing, text: str) -> list[bool]:
     """For each batch that held the request with input `text`: whether it was asked without its examples."""
     return [plain for kind, *rest in decider.log if kind == "batch" for t, plain in rest[0] if t == text]
 
 
 def test_a_request_waits_for_its_new_questions_examples_written_a_step_at_a_time() -> None:
-    decider = Writing(steps=3)
-    engine = Engine(EngineOptions(writing_wait_s=FAR), decider=decider).start()
+    engine, decider = writing_engine(FAR, steps=3)
     assert engine.wait(engine.submit(work(request("first")), deadline())).answers
     assert [kind for kind, *_ in decider.log] == ["step", "step", "step", "batch"]
     assert asked(decider, "first") == [False]
@@ -365,8 +374,7 @@ def test_a_request_waits_for_its_new_questions_examples_written_a_step_at_a_time
 
 
 def test_a_request_past_its_writing_wait_is_answered_without_examples_and_writing_goes_on() -> None:
-    decider = Writing(steps=4, step_seconds=0.05)
-    engine = Engine(EngineOptions(writing_wait_s=0.0), decider=decider).start()
+    engine, decider = writing_engine(0.0, steps=4, step_seconds=0.05)
     assert engine.wait(engine.submit(work(request("at once")), deadline())).answers
     assert asked(decider, "at once") == [True]
     for _ in range(200):  # the engine, idle, writes the rest
@@ -380,11 +388,9 @@ def test_a_request_past_its_writing_wait_is_answered_without_examples_and_writin
 
 
 def test_other_requests_are_answered_between_the_steps_of_a_long_writing() -> None:
-    decider = Writing(steps=30, step_seconds=0.05)
-    engine = Engine(EngineOptions(writing_wait_s=FAR), decider=decider).start()
+    engine, decider = writing_engine(FAR, steps=30, step_seconds=0.05)
     new = engine.submit(work(request("a new question")), deadline())
-    while not decider.log:
-        time.sleep(0.01)
+    started_writing(decider)
     known = DecisionRequest.of("meanwhile", [Question.choice("Known?", ["a", "b"])])
     decider.left[known.questions[0]] = 0
     assert engine.wait(engine.submit(work(known), deadline())).answers
@@ -398,11 +404,9 @@ def test_other_requests_are_answered_between_the_steps_of_a_long_writing() -> No
 
 
 def test_a_retry_follows_a_request_that_waits_for_its_examples() -> None:
-    decider = Writing(steps=20, step_seconds=0.05)
-    engine = Engine(EngineOptions(writing_wait_s=FAR), decider=decider).start()
+    engine, decider = writing_engine(FAR, steps=20, step_seconds=0.05)
     first = engine.submit(work(request("same")), deadline())
-    while not decider.log:
-        time.sleep(0.01)
+    started_writing(decider)
     retry = engine.submit(work(request("same")), deadline())
     assert retry.state == "following"
     assert engine.wait(retry) is engine.wait(first)
